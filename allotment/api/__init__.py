@@ -1,0 +1,1 @@
+"""The HTTP layer: routing, microversions, auth, policy, schemas, shaping."""

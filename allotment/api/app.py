@@ -1,0 +1,233 @@
+"""The WSGI application: one pipeline from raw request to response.
+
+Outermost first, as Placement orders its middleware:
+
+1. request id, timing and the per-request log line;
+2. microversion negotiation (400/406 before anything else) and the version
+   headers on every response, errors included;
+3. CORS, when ``[cors]`` is configured (pre-flight needs no token);
+4. authentication (keystone auth_token or noauth2), then the caller's context;
+5. routing: 404 / 405 with ``Allow``; the route's microversion, media-type,
+   Accept and policy declarations; then the handler.
+
+Domain errors raised anywhere below become HTTP errors in one place
+(``errors.from_domain``); anything unexpected is logged with its traceback
+and answered with a 500 that reveals nothing of it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import time
+import uuid
+from typing import Callable, Iterable
+
+import webob
+from oslo_config import cfg
+
+from allotment.api import auth, errors, microversion
+from allotment.api.context import RequestContext
+from allotment.api.http import Request
+from allotment.api.routes import ROUTES, Endpoint
+from allotment.db.engine import Database
+from allotment.domain import errors as domain
+
+LOG = logging.getLogger("allotment.api")
+REQUEST_ID_HEADER = "x-openstack-request-id"
+
+
+def _compile(template: str) -> re.Pattern:
+    pattern = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", template)
+    return re.compile("^" + pattern + "$")
+
+
+class Router:
+    """Matches paths to route entries; resolves handlers on first use."""
+
+    def __init__(self, routes: dict[str, dict[str, Endpoint]]):
+        self._static: dict[str, dict[str, Endpoint]] = {}
+        self._dynamic: list[tuple[re.Pattern, dict[str, Endpoint]]] = []
+        for template, methods in routes.items():
+            if "{" in template:
+                self._dynamic.append((_compile(template), methods))
+            else:
+                self._static[template] = methods
+        self._handlers: dict[str, Callable] = {}
+
+    def match(self, path: str) -> tuple[dict[str, Endpoint], dict[str, str]] | None:
+        if len(path) > 1 and path.endswith("/"):
+            return None
+        methods = self._static.get(path)
+        if methods is not None:
+            return methods, {}
+        for pattern, methods in self._dynamic:
+            found = pattern.match(path)
+            if found:
+                return methods, found.groupdict()
+        return None
+
+    def handler(self, endpoint: Endpoint) -> Callable:
+        handler = self._handlers.get(endpoint.handler)
+        if handler is None:
+            module_name, function_name = endpoint.handler.split(":")
+            module = importlib.import_module(f"allotment.api.{module_name}")
+            handler = getattr(module, function_name)
+            self._handlers[endpoint.handler] = handler
+        return handler
+
+
+class Application:
+    """Configuration, database and policy for one process, and the WSGI entry."""
+
+    def __init__(self, conf: cfg.ConfigOpts, database: Database | None = None):
+        from allotment.api import policy
+
+        self.conf = conf
+        if database is None:
+            from allotment.service import database_from_config
+
+            database = database_from_config(conf)
+        self.db = database
+        self.enforcer = policy.make_enforcer(conf)
+        self._policy = policy
+        self.router = Router(ROUTES)
+        inner: Callable = self._dispatch
+        inner = auth.wrap(inner, conf)
+        inner = self._guard(inner)
+        if conf.cors.allowed_origin:
+            from oslo_middleware import cors
+
+            inner = cors.CORS(inner, conf)
+        self._inner = inner
+
+    # -- policy -----------------------------------------------------------
+    def authorize(self, context: RequestContext, rule: str, target: dict | None = None) -> None:
+        self._policy.authorize(self.enforcer, context, rule, target)
+
+    # -- WSGI -------------------------------------------------------------
+    def __call__(self, environ: dict, start_response) -> Iterable[bytes]:
+        started = time.monotonic()
+        request_id = "req-" + str(uuid.uuid4())
+        environ["openstack.request_id"] = request_id
+        accept = environ.get("HTTP_ACCEPT")
+        state = {"status": "500", "length": 0}
+        try:
+            version = microversion.negotiate(environ.get("HTTP_OPENSTACK_API_VERSION"))
+        except (microversion.InvalidVersion, microversion.UnacceptableVersion) as error:
+            status = 400 if isinstance(error, microversion.InvalidVersion) else 406
+            http_error = errors.HTTPError(status, str(error))
+            status_line, headers, body = errors.render(http_error, request_id=request_id,
+                                                       version=None, accept=accept)
+            headers.append((REQUEST_ID_HEADER, request_id))
+            start_response(status_line, headers)
+            self._log(environ, status_line, len(body), None, started, request_id)
+            return [body]
+        environ["allotment.version"] = version
+        extra = microversion.response_headers(version) + [(REQUEST_ID_HEADER, request_id)]
+
+        def _start(status, headers, exc_info=None):
+            state["status"] = status
+            for name, value in headers:
+                if name.lower() == "content-length":
+                    state["length"] = value
+            return start_response(status, list(headers) + extra, exc_info)
+
+        try:
+            return self._inner(environ, _start)
+        finally:
+            self._log(environ, state["status"], state["length"], version, started, request_id)
+
+    def _log(self, environ, status, length, version, started, request_id) -> None:
+        path = environ.get("PATH_INFO", "")
+        query = environ.get("QUERY_STRING")
+        if query:
+            path += "?" + query
+        LOG.info('%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
+                 request_id, environ.get("REQUEST_METHOD"), path, str(status).split(" ")[0],
+                 length, version or "-", (time.monotonic() - started) * 1000)
+
+    def _guard(self, app: Callable) -> Callable:
+        """Turn exceptions into error responses (inside CORS, so they get its headers)."""
+
+        def guarded(environ, start_response):
+            try:
+                return app(environ, start_response)
+            except errors.HTTPError as error:
+                http_error = error
+            except domain.PlacementError as error:
+                http_error = errors.from_domain(error)
+            except auth.Unauthorized:
+                http_error = errors.HTTPError(401, "", headers={"WWW-Authenticate": "Keystone uri='noauth2'"})
+            except Exception:  # noqa: BLE001 - the last line of defence
+                LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
+                http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
+                                                   f"for request {environ.get('openstack.request_id')}.")
+            status_line, headers, body = errors.render(
+                http_error, request_id=environ.get("openstack.request_id", ""),
+                version=environ.get("allotment.version"), accept=environ.get("HTTP_ACCEPT"))
+            start_response(status_line, headers)
+            return [body]
+
+        return guarded
+
+    # -- routing ----------------------------------------------------------
+    def _dispatch(self, environ: dict, start_response) -> Iterable[bytes]:
+        req = Request(environ)
+        req.version = environ["allotment.version"]
+        req.request_id = environ["openstack.request_id"]
+        req.app = self
+        req.context = RequestContext.from_environ(environ, req.request_id)
+        _check_content_length(environ)
+        found = self.router.match(req.path_info or "/")
+        if found is None:
+            raise errors.HTTPError(404)
+        methods, urlvars = found
+        endpoint = methods.get(req.method)
+        if endpoint is None:
+            allowed = ", ".join(sorted(methods))
+            raise errors.HTTPError(405, f"The method {req.method} is not allowed for this resource.",
+                                   headers={"Allow": allowed},
+                                   explanation="The method specified is not allowed for this resource.")
+        if req.version < endpoint.min_version:
+            raise errors.HTTPError(404)
+        if endpoint.produces_json and req.method == "GET":
+            _check_accept(req)
+        if endpoint.accepts_json:
+            require_json_content(req)
+        req.urlvars = urlvars
+        if endpoint.policy:
+            req.authorize(endpoint.policy)
+        response: webob.Response = self.router.handler(endpoint)(req)
+        return response(environ, start_response)
+
+
+def _check_content_length(environ: dict) -> None:
+    length = environ.get("CONTENT_LENGTH")
+    if not length:
+        return
+    try:
+        size = int(length)
+    except ValueError:
+        raise errors.HTTPError(400, "content-length header must be an integer") from None
+    if size > 0 and not environ.get("CONTENT_TYPE"):
+        raise errors.HTTPError(400, "content-type header required when content-length > 0")
+
+
+def _check_accept(req: Request) -> None:
+    accept = req.headers.get("Accept")
+    if not accept:
+        return
+    if not req.accept.acceptable_offers(["application/json"]):
+        raise errors.HTTPError(406, "Only application/json is provided",
+                               explanation="The resource could not be generated that was acceptable "
+                                           "to your browser.")
+
+
+def require_json_content(req: Request) -> None:
+    """415 unless the body is declared as JSON (handlers with optional bodies call this)."""
+    content_type = req.content_type or None
+    if content_type != "application/json":
+        raise errors.HTTPError(415, f"The media type {content_type} is not supported, use application/json",
+                               explanation="The request media type is not supported by this server.")

@@ -1,0 +1,70 @@
+"""Authentication strategies: keystonemiddleware auth_token, or noauth2.
+
+The root document (``GET /``) never needs a token, as upstream, so version
+discovery works before a client has credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from oslo_config import cfg
+
+LOG = logging.getLogger(__name__)
+
+WSGIApp = Callable
+
+
+def _is_root(environ: dict) -> bool:
+    return environ.get("PATH_INFO", "") in ("", "/")
+
+
+class NoAuth2:
+    """Trust the token: ``user[:project]``; ``X-Roles`` overrides the roles.
+
+    For tests and development only: whoever can reach the port is whoever
+    they claim to be.
+    """
+
+    def __init__(self, app: WSGIApp):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        token = environ.get("HTTP_X_AUTH_TOKEN")
+        if not token:
+            if _is_root(environ):
+                return self.app(environ, start_response)
+            raise Unauthorized()
+        user, _, project = token.partition(":")
+        project = project or user
+        environ["HTTP_X_USER_ID"] = user
+        environ["HTTP_X_PROJECT_ID"] = project
+        if "HTTP_X_ROLES" not in environ:
+            environ["HTTP_X_ROLES"] = "admin" if user == "admin" else ""
+        return self.app(environ, start_response)
+
+
+class Unauthorized(Exception):
+    """No credentials: answered as 401 by the application."""
+
+
+class KeystoneAuth:
+    """keystonemiddleware auth_token, skipped for the root document."""
+
+    def __init__(self, app: WSGIApp, conf: cfg.ConfigOpts):
+        from keystonemiddleware import auth_token
+
+        self.app = app
+        self._protected = auth_token.AuthProtocol(app, {"oslo_config_config": conf})
+
+    def __call__(self, environ, start_response):
+        if _is_root(environ):
+            return self.app(environ, start_response)
+        return self._protected(environ, start_response)
+
+
+def wrap(app: WSGIApp, conf: cfg.ConfigOpts) -> WSGIApp:
+    if conf.api.auth_strategy == "noauth2":
+        return NoAuth2(app)
+    return KeystoneAuth(app, conf)

@@ -1,0 +1,201 @@
+"""``allotment``: serve the API, manage the schema, check the deployment.
+
+Subcommands register themselves in ``COMMANDS`` (name -> (configure, run))
+so that later features (online data migrations, reshape) add a function
+here without touching the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from typing import Callable
+
+LOG = logging.getLogger("allotment")
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-file", metavar="PATH",
+                        help="placement.conf to read (default: $OS_PLACEMENT_CONFIG_DIR/placement.conf, "
+                             "then /etc/placement/placement.conf, else the embedded SQLite default)")
+
+
+def _load(args, *, dev_defaults: bool = True):
+    from allotment import service
+
+    return service.load_config(args.config_file, dev_defaults=dev_defaults)
+
+
+# -- serve ----------------------------------------------------------------
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+        except OSError:
+            return False
+
+
+def configure_serve(parser: argparse.ArgumentParser) -> None:
+    _add_config(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8778, help="port to listen on (default 8778)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: number of CPUs, at least 2)")
+    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    parser.add_argument("--timeout", type=int, default=120,
+                        help="seconds before a stuck worker is restarted (default 120)")
+    parser.add_argument("--allow-insecure-noauth", action="store_true",
+                        help="allow [api] auth_strategy = noauth2 on a non-loopback address")
+
+
+def run_serve(args) -> int:
+    from allotment import server, service
+
+    conf = _load(args)
+    if conf.api.auth_strategy == "noauth2" and not _is_loopback(args.host):
+        if not args.allow_insecure_noauth:
+            LOG.error("refusing to serve noauth2 on %s: anyone who can reach it is admin; "
+                      "pass --allow-insecure-noauth to do it anyway", args.host)
+            return 2
+        LOG.warning("serving noauth2 on non-loopback address %s: every caller can claim any identity",
+                    args.host)
+    app = service.build_application(conf)
+    app.db.dispose()  # never share the migration's connections with forked workers
+    workers = args.workers or max(2, os.cpu_count() or 1)
+    server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,
+               timeout=args.timeout)
+    return 0
+
+
+# -- db -------------------------------------------------------------------
+
+def configure_db(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="db_command", required=True)
+    for name, help_text in DB_COMMANDS_HELP.items():
+        _add_config(sub.add_parser(name, help=help_text))
+
+
+DB_COMMANDS_HELP = {
+    "sync": "create or upgrade the schema to the latest revision (idempotent)",
+    "version": "print the schema revision of the database",
+}
+DB_COMMANDS: dict[str, Callable] = {}
+
+
+def db_command(name: str, help_text: str):
+    """Register ``allotment db NAME``."""
+    def register(func):
+        DB_COMMANDS_HELP[name] = help_text
+        DB_COMMANDS[name] = func
+        return func
+    return register
+
+
+@db_command("sync", DB_COMMANDS_HELP["sync"])
+def _db_sync(args) -> int:
+    from allotment import service
+
+    conf = _load(args)
+    db = service.database_from_config(conf)
+    service.prepare_database(db)
+    from allotment.db import migrate
+
+    print(f"database at revision {migrate.current_revision(db.engine)}")
+    return 0
+
+
+@db_command("version", DB_COMMANDS_HELP["version"])
+def _db_version(args) -> int:
+    from allotment import service
+    from allotment.db import migrate
+
+    conf = _load(args)
+    db = service.database_from_config(conf)
+    print(migrate.current_revision(db.engine) or "None")
+    return 0
+
+
+def run_db(args) -> int:
+    return DB_COMMANDS[args.db_command](args)
+
+
+# -- status ---------------------------------------------------------------
+
+STATUS_CHECKS: list[Callable] = []
+
+
+def status_check(func):
+    """Register a check for ``allotment status``: returns (ok, message)."""
+    STATUS_CHECKS.append(func)
+    return func
+
+
+@status_check
+def _check_schema(db) -> tuple[bool, str]:
+    from allotment.db import migrate
+
+    current = migrate.current_revision(db.engine)
+    head = migrate.head_revision()
+    if current == head:
+        return True, f"database schema is at the latest revision ({head})"
+    return False, f"database schema is at {current}, latest is {head}: run 'allotment db sync'"
+
+
+def configure_status(parser: argparse.ArgumentParser) -> None:
+    _add_config(parser)
+
+
+def run_status(args) -> int:
+    from allotment import service
+
+    conf = _load(args)
+    db = service.database_from_config(conf)
+    try:
+        with db.engine.connect():
+            pass
+    except Exception as error:  # noqa: BLE001 - reported, not raised
+        print(f"FAILURE: cannot connect to the database: {error}")
+        return 2
+    worst = 0
+    for check in STATUS_CHECKS:
+        ok, message = check(db)
+        print(("OK: " if ok else "FAILURE: ") + message)
+        worst = max(worst, 0 if ok else 1)
+    print("verdict: " + ("ready" if worst == 0 else "action needed"))
+    return worst
+
+
+COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
+    "serve": (configure_serve, run_serve, "serve the Placement API"),
+    "db": (configure_db, run_db, "manage the database schema"),
+    "status": (configure_status, run_status, "check the database is reachable and up to date"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Subcommands added by other modules register on import.
+    for module in ("allotment.db.online_migrations", "allotment.reshape_cli"):
+        try:
+            __import__(module)
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise
+    parser = argparse.ArgumentParser(prog="allotment", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (configure, _run, help_text) in COMMANDS.items():
+        configure(sub.add_parser(name, help=help_text))
+    args = parser.parse_args(argv)
+    return COMMANDS[args.command][1](args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

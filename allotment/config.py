@@ -1,0 +1,160 @@
+"""Configuration: the ``placement.conf`` groups and option names operators know.
+
+Options are registered with oslo.config under upstream Placement's group and
+option names so that an existing ``placement.conf`` works unchanged.  Groups
+owned by libraries (``[oslo_policy]``, ``[cors]``, ``[keystone_authtoken]``)
+are registered by those libraries when they are loaded.
+
+Only the embedded default differs from upstream: when no file at all is
+found, ``allotment serve`` uses a SQLite file and noauth2 on the loopback
+address so that a first run needs no set-up (see ``dev_defaults``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from oslo_config import cfg
+
+DEFAULT_CONFIG_NAME = "placement.conf"
+DEFAULT_CONFIG_DIR = "/etc/placement"
+
+api_opts = [
+    cfg.StrOpt(
+        "auth_strategy",
+        default="keystone",
+        choices=[
+            ("keystone", "Authenticate with keystonemiddleware auth_token."),
+            ("noauth2", "Trust the token; for testing only."),
+        ],
+        help="Which authentication middleware guards the API.",
+    ),
+]
+
+database_opts = [
+    cfg.StrOpt("connection", secret=True, help="SQLAlchemy URL of the placement database."),
+    cfg.StrOpt("connection_parameters", default="",
+               help="Extra query-string parameters appended to the connection URL."),
+    cfg.BoolOpt("sqlite_synchronous", default=True,
+                help="If False, SQLite does not wait for data to reach the disk (PRAGMA synchronous=OFF)."),
+    cfg.StrOpt("slave_connection", secret=True,
+               help="Accepted for compatibility; reads always use the main connection."),
+    cfg.StrOpt("mysql_sql_mode", default="TRADITIONAL", help="SQL mode set on MySQL sessions."),
+    cfg.IntOpt("mysql_wsrep_sync_wait", help="Galera wsrep_sync_wait for each session."),
+    cfg.IntOpt("connection_recycle_time", default=3600,
+               help="Seconds after which a pooled connection is replaced."),
+    cfg.IntOpt("max_pool_size", default=5, help="Connections kept open in the pool (per process)."),
+    cfg.IntOpt("max_retries", default=10, help="Connection attempts at start-up (-1: forever)."),
+    cfg.IntOpt("retry_interval", default=10, help="Seconds between connection attempts."),
+    cfg.IntOpt("max_overflow", default=50, help="Connections allowed beyond max_pool_size."),
+    cfg.IntOpt("connection_debug", default=0, min=0, max=100, help="SQL logging verbosity."),
+    cfg.BoolOpt("connection_trace", default=False, help="Accepted for compatibility."),
+    cfg.IntOpt("pool_timeout", help="Seconds to wait for a pooled connection."),
+    cfg.BoolOpt("sync_on_startup", default=False,
+                help="Upstream runs db sync at start when set; allotment serve always does."),
+]
+
+placement_opts = [
+    cfg.BoolOpt("randomize_allocation_candidates", default=False,
+                help="Shuffle allocation candidates before applying limit."),
+    cfg.StrOpt("incomplete_consumer_project_id", default="00000000-0000-0000-0000-000000000000",
+               help="Project id recorded for consumers written before microversion 1.8."),
+    cfg.StrOpt("incomplete_consumer_user_id", default="00000000-0000-0000-0000-000000000000",
+               help="User id recorded for consumers written before microversion 1.8."),
+    cfg.IntOpt("allocation_conflict_retry_count", default=10, min=0,
+               help="Server-side retries of an allocation write that lost a generation race."),
+    cfg.IntOpt("max_allocation_candidates", default=-1, min=-1,
+               help="Most allocation candidates generated per request; -1 means no limit."),
+    cfg.StrOpt("allocation_candidates_generation_strategy", default="depth-first",
+               choices=[
+                   ("depth-first", "Fill candidates from one root before the next."),
+                   ("breadth-first", "Take candidates from every root in turn."),
+               ],
+               help="Which candidates survive when max_allocation_candidates cuts generation short."),
+]
+
+default_opts = [
+    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
+    cfg.StrOpt("log_file", help="Also log to this file."),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register every option Allotment reads on ``conf`` (idempotent)."""
+    conf.register_opts(default_opts)
+    conf.register_opts(api_opts, group="api")
+    conf.register_opts(database_opts, group="placement_database")
+    conf.register_opts(placement_opts, group="placement")
+    # Library-owned groups: registering them here makes values readable
+    # before the library itself is loaded, and validation happens at start.
+    from oslo_middleware import cors
+    from oslo_policy import opts as policy_opts
+
+    policy_opts._register(conf)
+    conf.register_opts(cors.CORS_OPTS, group="cors")
+
+
+def find_config_file() -> str | None:
+    """The file upstream would read: $OS_PLACEMENT_CONFIG_DIR, then /etc/placement."""
+    directory = os.environ.get("OS_PLACEMENT_CONFIG_DIR")
+    candidates = []
+    if directory:
+        candidates.append(os.path.join(directory, DEFAULT_CONFIG_NAME))
+    candidates.append(os.path.join(DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME))
+    for path in candidates:
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def default_sqlite_url() -> str:
+    """Where the embedded default database lives when nothing is configured."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    path = os.path.join(base, "allotment", "placement.sqlite")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return "sqlite:///" + path
+
+
+def load(config_file: str | None = None, *, dev_defaults: bool = False,
+         args: list[str] | None = None) -> cfg.ConfigOpts:
+    """Build a ConfigOpts from ``config_file`` (or the usual locations).
+
+    Every value is validated here, so a bad value fails at start with a
+    message that names the option rather than on the first request.
+    ``dev_defaults`` applies the embedded defaults (SQLite, noauth2) and is
+    used only when no configuration file exists at all.
+    """
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    files = [config_file] if config_file else []
+    if not files:
+        found = find_config_file()
+        if found:
+            files = [found]
+    if config_file and not os.path.exists(config_file):
+        raise SystemExit(f"configuration file {config_file} does not exist")
+    conf(args or [], project="placement", default_config_files=files,
+         default_config_dirs=[], validate_default_values=True)
+    if not files and dev_defaults:
+        conf.set_override("auth_strategy", "noauth2", group="api")
+    if not conf.placement_database.connection:
+        if files or not dev_defaults:
+            if not dev_defaults:
+                raise cfg.RequiredOptError("connection", cfg.OptGroup("placement_database"))
+        conf.set_override("connection", default_sqlite_url(), group="placement_database")
+    validate(conf)
+    return conf
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    """Read every registered option once so invalid values fail now.
+
+    oslo.config validates lazily; touching each option turns a bad value in
+    the file into ``ConfigFileValueError`` naming the group and option.
+    """
+    for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors"):
+        group = getattr(conf, group_name)
+        for opt_name in conf[group_name]:
+            getattr(group, opt_name)
+    for opt_name in ("debug", "log_file"):
+        getattr(conf, opt_name)

@@ -1,0 +1,193 @@
+"""Connections and transactions, the same way on every backend.
+
+Correctness under concurrency rests on two rules (DESIGN.md):
+
+* every write runs in one transaction that bumps the generation of each
+  provider or consumer it changes with a compare-and-swap; losing the swap
+  raises ``ConcurrentUpdate`` and the transaction rolls back;
+* deadlocks, serialization failures and SQLite's ``database is locked`` are
+  transient: the whole transaction is re-run a bounded number of times.
+
+SQLite gets WAL (readers never wait for the writer), foreign keys, a busy
+timeout, and ``BEGIN IMMEDIATE`` for write transactions: taking the write
+lock up front means two processes never both read and then fail to upgrade,
+which is what makes other servers answer ``500 database is locked``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import random
+import time
+from typing import Callable, Iterator, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import Connection, Engine
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# How often a transaction that hit a deadlock / lock timeout is re-run.
+TRANSIENT_RETRIES = 20
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def utcnow() -> datetime.datetime:
+    """Naive UTC timestamp, as stored in created_at / updated_at."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+
+
+def normalize_url(url: str) -> sa.engine.URL:
+    """Accept the URLs operators already have and pick a driver we ship.
+
+    A bare ``postgresql://`` means psycopg 3 to SQLAlchemy 2.1 and a bare
+    ``mysql://`` means mysqlclient; we ship psycopg2 and PyMySQL, so map to
+    them unless the URL names a driver explicitly.
+    """
+    parsed = sa.engine.make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    elif parsed.drivername == "mysql":
+        parsed = parsed.set(drivername="mysql+pymysql")
+    if parsed.get_backend_name() == "mysql" and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
+                  pool_timeout: int | None = None, recycle: int = 3600,
+                  sqlite_synchronous: bool = True, mysql_sql_mode: str | None = "TRADITIONAL",
+                  echo: bool = False) -> Engine:
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    kwargs: dict = {"future": True, "echo": echo}
+    if backend == "sqlite":
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+        if parsed.database in (None, "", ":memory:"):
+            kwargs["poolclass"] = sa.pool.StaticPool
+    else:
+        kwargs.update(pool_size=pool_size, max_overflow=max_overflow,
+                      pool_recycle=recycle, pool_pre_ping=True)
+        if pool_timeout is not None:
+            kwargs["pool_timeout"] = pool_timeout
+    engine = sa.create_engine(parsed, **kwargs)
+    if backend == "sqlite":
+        _setup_sqlite(engine, sqlite_synchronous)
+    elif backend == "mysql" and mysql_sql_mode:
+        _setup_mysql(engine, mysql_sql_mode)
+    return engine
+
+
+def _setup_sqlite(engine: Engine, synchronous: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # pragma: no cover - exercised by every test
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        except Exception:  # read-only media or :memory: keep their mode
+            pass
+        cursor.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous else 'OFF'}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        if conn.get_execution_options().get("allotment_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def _setup_mysql(engine: Engine, sql_mode: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        cursor = dbapi_conn.cursor()
+        cursor.execute("SET SESSION sql_mode = %s", (sql_mode,))
+        cursor.close()
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for errors that a re-run of the whole transaction can cure."""
+    if not isinstance(error, exc.DBAPIError):
+        return False
+    orig = error.orig
+    code = getattr(orig, "pgcode", None)
+    if code in ("40001", "40P01", "55P03"):  # serialization failure, deadlock, lock not available
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in (1213, 1205, 1020):  # MySQL deadlock, lock wait
+        return True
+    text = str(orig).lower()
+    return "database is locked" in text or "deadlock" in text or "database table is locked" in text
+
+
+class Database:
+    """One engine per process, created lazily so it survives a fork."""
+
+    def __init__(self, url: str, **engine_kwargs):
+        self.url = url
+        self._engine_kwargs = engine_kwargs
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = create_engine(self.url, **self._engine_kwargs)
+        return self._engine
+
+    @property
+    def backend(self) -> str:
+        return normalize_url(self.url).get_backend_name()
+
+    def dispose(self) -> None:
+        """Drop pooled connections (after fork: never share sockets)."""
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+            self._engine = None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction: one consistent snapshot where the backend offers it."""
+        with self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A single write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(allotment_write=True)
+            with conn.begin():
+                yield conn
+
+    def run_write(self, work: Callable[[Connection], T], *,
+                  retry_on: tuple[type[BaseException], ...] = (),
+                  retries: int = 0) -> T:
+        """Run ``work`` in a write transaction, re-running it when that helps.
+
+        Transient database errors are always retried (bounded); exceptions
+        listed in ``retry_on`` (e.g. ``ConcurrentUpdate`` where Placement
+        retries server-side) are retried ``retries`` times, then re-raised.
+        """
+        transient_left = TRANSIENT_RETRIES
+        chosen_left = retries
+        while True:
+            try:
+                with self.write() as conn:
+                    return work(conn)
+            except exc.DBAPIError as error:
+                if not is_transient(error) or transient_left <= 0:
+                    raise
+                transient_left -= 1
+                LOG.debug("transient database error, retrying: %s", error.orig)
+            except retry_on:
+                if chosen_left <= 0:
+                    raise
+                chosen_left -= 1
+            time.sleep(random.uniform(0.001, 0.02))

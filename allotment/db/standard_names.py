@@ -1,0 +1,58 @@
+"""Keep the standard resource classes and traits in the database.
+
+The lists come from the ``os-resource-classes`` and ``os-traits`` libraries
+installed with Allotment; they are synced at start-up so that queries can
+join on names and every process sees the same ids.  Standard resource
+classes keep ids equal to their position in the library's list (as
+upstream), custom ones start at ``CUSTOM_RESOURCE_CLASS_MIN_ID``.
+
+Several processes may sync at once: inserts that lose a race are ignored.
+"""
+
+from __future__ import annotations
+
+import os_resource_classes
+import os_traits
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from allotment.db import tables
+from allotment.db.engine import Database, utcnow
+
+
+def standard_resource_classes() -> list[str]:
+    return list(os_resource_classes.STANDARDS)
+
+
+def standard_traits() -> list[str]:
+    return sorted(os_traits.get_traits())
+
+
+def _missing(conn: Connection, table: sa.Table, names: list[str]) -> list[str]:
+    existing = set(conn.execute(sa.select(table.c.name)).scalars())
+    return [name for name in names if name not in existing]
+
+
+def sync(db: Database) -> None:
+    """Insert any standard class or trait the database lacks (idempotent)."""
+    for attempt in range(5):
+        try:
+            with db.write() as conn:
+                now = utcnow()
+                rc_names = standard_resource_classes()
+                missing_rcs = set(_missing(conn, tables.resource_classes, rc_names))
+                if missing_rcs:
+                    conn.execute(tables.resource_classes.insert(), [
+                        {"id": index, "name": name, "created_at": now}
+                        for index, name in enumerate(rc_names) if name in missing_rcs
+                    ])
+                missing_traits = _missing(conn, tables.traits, standard_traits())
+                if missing_traits:
+                    conn.execute(tables.traits.insert(), [
+                        {"name": name, "created_at": now} for name in missing_traits
+                    ])
+            return
+        except sa.exc.IntegrityError:
+            # Another process inserted some of them first; look again.
+            if attempt == 4:
+                raise

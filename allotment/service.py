@@ -1,0 +1,65 @@
+"""Start-up shared by every entry point: config, logging, schema, app."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from oslo_config import cfg
+
+from allotment import config
+from allotment.db import migrate, standard_names
+from allotment.db.engine import Database
+
+LOG = logging.getLogger(__name__)
+
+
+def load_config(config_file: str | None, *, dev_defaults: bool = False) -> cfg.ConfigOpts:
+    conf = config.load(config_file, dev_defaults=dev_defaults)
+    setup_logging(conf)
+    return conf
+
+
+def setup_logging(conf: cfg.ConfigOpts) -> None:
+    root = logging.getLogger()
+    if getattr(root, "_allotment_configured", False):
+        return
+    level = logging.DEBUG if conf.debug else logging.INFO
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if conf.log_file:
+        handlers.append(logging.FileHandler(conf.log_file))
+    fmt = logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    root.setLevel(level)
+    root._allotment_configured = True  # type: ignore[attr-defined]
+
+
+def database_from_config(conf: cfg.ConfigOpts) -> Database:
+    db_conf = conf.placement_database
+    url = db_conf.connection
+    if db_conf.connection_parameters:
+        url += ("&" if "?" in url else "?") + db_conf.connection_parameters
+    return Database(
+        url,
+        pool_size=db_conf.max_pool_size, max_overflow=db_conf.max_overflow,
+        pool_timeout=db_conf.pool_timeout, recycle=db_conf.connection_recycle_time,
+        sqlite_synchronous=db_conf.sqlite_synchronous, mysql_sql_mode=db_conf.mysql_sql_mode,
+        echo=db_conf.connection_debug >= 50,
+    )
+
+
+def prepare_database(db: Database) -> None:
+    """Migrate to head and sync standard names; safe to run concurrently."""
+    migrate.upgrade(db.engine)
+    standard_names.sync(db)
+
+
+def build_application(conf: cfg.ConfigOpts, *, prepare: bool = True):
+    from allotment.api.app import Application
+
+    db = database_from_config(conf)
+    if prepare:
+        prepare_database(db)
+    return Application(conf, db)
