@@ -39,7 +39,9 @@ class NoAuth2:
         user, _, project = token.partition(":")
         project = project or user
         environ["HTTP_X_USER_ID"] = user
-        environ["HTTP_X_PROJECT_ID"] = project
+        # As upstream: the token's project goes to X-Tenant-Id, so an explicit
+        # X-Project-Id header sent by the client takes precedence.
+        environ["HTTP_X_TENANT_ID"] = project
         if "HTTP_X_ROLES" not in environ:
             environ["HTTP_X_ROLES"] = "admin" if user == "admin" else ""
         return self.app(environ, start_response)

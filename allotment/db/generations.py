@@ -1,0 +1,68 @@
+"""Generation compare-and-swap: how every writer proves it saw the latest state.
+
+A write that changes a provider (inventory, traits, aggregates, allocations
+against it, its parent) or a consumer bumps its generation in the same
+transaction::
+
+    UPDATE resource_providers SET generation = g + 1
+     WHERE id = :id AND generation = :g
+
+Zero rows means another transaction changed it after we read it: raise
+``ConcurrentUpdate`` (409 ``placement.concurrent_update``) and let the
+transaction roll back.  On PostgreSQL (READ COMMITTED) the UPDATE waits for a
+concurrent writer of the same row and then re-checks the WHERE clause
+against its committed result; on MySQL/MariaDB the UPDATE reads the latest
+committed row; on SQLite writers are serialised by BEGIN IMMEDIATE.  So the
+same code is correct on every backend without SELECT ... FOR UPDATE.
+
+Callers touching several providers bump them in id order, so two
+transactions never wait on each other in opposite orders.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from allotment.db import tables
+from allotment.db.engine import utcnow
+from allotment.domain.errors import ConcurrentUpdate
+
+RP = tables.resource_providers
+CONSUMERS = tables.consumers
+
+
+def bump_provider(conn: Connection, provider_id: int, expected: int, *, uuid: str | None = None) -> int:
+    """Advance one provider's generation from ``expected``; returns the new one."""
+    result = conn.execute(
+        sa.update(RP)
+        .where(RP.c.id == provider_id, RP.c.generation == expected)
+        .values(generation=expected + 1, updated_at=utcnow())
+    )
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(
+            f"resource provider {uuid or provider_id} generation conflict: another process updated it. "
+            "Please retry your update"
+        )
+    return expected + 1
+
+
+def bump_providers(conn: Connection, expected: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Bump several providers ({id: generation read}); in id order to avoid deadlocks."""
+    return {pid: bump_provider(conn, pid, gen) for pid, gen in sorted(set(expected))}
+
+
+def bump_consumer(conn: Connection, consumer_id: int, expected: int, *, uuid: str | None = None) -> int:
+    result = conn.execute(
+        sa.update(CONSUMERS)
+        .where(CONSUMERS.c.id == consumer_id, CONSUMERS.c.generation == expected)
+        .values(generation=expected + 1, updated_at=utcnow())
+    )
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(
+            f"consumer {uuid or consumer_id} generation conflict: another process updated it. "
+            "Please retry your update"
+        )
+    return expected + 1
