@@ -191,7 +191,7 @@ class Application:
                                    headers={"Allow": allowed},
                                    explanation="The method specified is not allowed for this resource.")
         if req.version < endpoint.min_version:
-            raise errors.HTTPError(404)
+            raise errors.HTTPError(endpoint.too_old_status)
         if endpoint.produces_json and req.method == "GET":
             _check_accept(req)
         if endpoint.accepts_json:

@@ -21,12 +21,13 @@ class Endpoint:
     min_version: Version = Version(1, 0)
     accepts_json: bool = False   # request body must be application/json (else 415)
     produces_json: bool = True   # Accept must allow application/json (else 406)
+    too_old_status: int = 404    # answer to a request below min_version
 
 
 def E(handler: str, policy: str | None, since: str = "1.0", *, body: bool = False,
-      produces_json: bool = True) -> Endpoint:
+      produces_json: bool = True, too_old: int = 404) -> Endpoint:
     major, minor = since.split(".")
-    return Endpoint(handler, policy, Version(int(major), int(minor)), body, produces_json)
+    return Endpoint(handler, policy, Version(int(major), int(minor)), body, produces_json, too_old)
 
 
 RP = "placement:resource_providers"
@@ -50,7 +51,8 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
         "GET": E("inventories:get_inventories", INV + ":list"),
         "POST": E("inventories:create_inventory", INV + ":create", body=True),
         "PUT": E("inventories:set_inventories", INV + ":update", body=True),
-        "DELETE": E("inventories:delete_inventories", INV + ":delete", "1.5"),
+        # Placement answers 405 (not 404) to this method before 1.5.
+        "DELETE": E("inventories:delete_inventories", INV + ":delete", "1.5", too_old=405),
     },
     "/resource_providers/{uuid}/inventories/{resource_class}": {
         "GET": E("inventories:get_inventory", INV + ":show"),
