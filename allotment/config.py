@@ -138,9 +138,11 @@ def load(config_file: str | None = None, *, dev_defaults: bool = False,
     if not files and dev_defaults:
         conf.set_override("auth_strategy", "noauth2", group="api")
     if not conf.placement_database.connection:
+        # A configuration file must name its database: falling back to a
+        # private SQLite file would let each host of a deployment silently
+        # serve its own, empty, data.
         if files or not dev_defaults:
-            if not dev_defaults:
-                raise cfg.RequiredOptError("connection", cfg.OptGroup("placement_database"))
+            raise cfg.RequiredOptError("connection", cfg.OptGroup("placement_database"))
         conf.set_override("connection", default_sqlite_url(), group="placement_database")
     validate(conf)
     return conf
@@ -152,9 +154,15 @@ def validate(conf: cfg.ConfigOpts) -> None:
     oslo.config validates lazily; touching each option turns a bad value in
     the file into ``ConfigFileValueError`` naming the group and option.
     """
-    for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors"):
-        group = getattr(conf, group_name)
-        for opt_name in conf[group_name]:
-            getattr(group, opt_name)
-    for opt_name in ("debug", "log_file"):
-        getattr(conf, opt_name)
+    checks = [(group_name, opt_name)
+              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors")
+              for opt_name in conf[group_name]]
+    checks += [(None, "debug"), (None, "log_file")]
+    for group_name, opt_name in checks:
+        try:
+            getattr(conf[group_name] if group_name else conf, opt_name)
+        except cfg.ConfigFileValueError as error:
+            # oslo.config names the option but not its group; say both.
+            where = f"[{group_name or 'DEFAULT'}] {opt_name}"
+            detail = str(error).rpartition(" is not valid: ")[2] or str(error)
+            raise cfg.ConfigFileValueError(f"invalid value for {where}: {detail}") from error
