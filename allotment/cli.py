@@ -194,7 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, (configure, _run, help_text) in COMMANDS.items():
         configure(sub.add_parser(name, help=help_text))
     args = parser.parse_args(argv)
-    return COMMANDS[args.command][1](args)
+    from oslo_config import cfg
+
+    try:
+        return COMMANDS[args.command][1](args)
+    except cfg.Error as error:
+        # A bad placement.conf is the operator's to fix: say what is wrong, no traceback.
+        print(f"allotment: configuration error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
