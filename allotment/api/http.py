@@ -3,8 +3,9 @@
 * ``Request``: WebOb's request plus the negotiated ``version``, the caller's
   ``context``, the route's ``urlvars`` and the application (``req.app``:
   configuration, database, policy enforcer).
-* ``json_body``: decode and validate a body against a JSON schema, with
-  python-jsonschema's messages (clients match on them).
+* ``json_body`` / ``query_params``: decode and validate a body or a query
+  string against a JSON schema, with python-jsonschema's messages (clients
+  match on them).
 * ``json_response`` / ``no_content``: responses, with ``Last-Modified`` and
   ``Cache-Control`` added in one place from microversion 1.15.
 """
@@ -70,6 +71,23 @@ def json_body(req: Request, schema: dict | None = None) -> Any:
     if schema is not None:
         validate(data, schema)
     return data
+
+
+def query_params(req: Request, schema: dict) -> dict[str, str]:
+    """The query string as a dict (last value of a repeated key wins), validated.
+
+    Failures are 400 ``Invalid query string parameters: ...`` with
+    python-jsonschema's message, which clients match on, as for bodies.
+    """
+    try:
+        params = dict(req.GET)
+    except UnicodeDecodeError as error:
+        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
+    try:
+        _validator(schema).validate(params)
+    except jsonschema.ValidationError as error:
+        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
+    return params
 
 
 def http_date(moment: datetime.datetime | None) -> str:
