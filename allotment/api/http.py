@@ -116,17 +116,28 @@ def json_response(req: Request, body: Any, status: int = 200, *,
     """
     response = webob.Response(body=orjson.dumps(body), status=status,
                               content_type="application/json", charset=None)
-    if cache_headers and req.version >= (1, 15):
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["Last-Modified"] = http_date(last_modified)
+    if cache_headers:
+        _add_cache_headers(req, response, last_modified)
     if headers:
         response.headers.update(headers)
     return response
 
 
-def no_content(req: Request, status: int = 204, headers: dict[str, str] | None = None) -> webob.Response:
+def no_content(req: Request, status: int = 204, headers: dict[str, str] | None = None, *,
+               cache_headers: bool = False,
+               last_modified: datetime.datetime | None = None) -> webob.Response:
+    """An empty response; ``cache_headers`` for the few (``/traits/{name}``) that carry them."""
     response = webob.Response(status=status)
     del response.content_type
+    if cache_headers:
+        _add_cache_headers(req, response, last_modified)
     if headers:
         response.headers.update(headers)
     return response
+
+
+def _add_cache_headers(req: Request, response: webob.Response,
+                       last_modified: datetime.datetime | None) -> None:
+    if req.version >= (1, 15):
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["Last-Modified"] = http_date(last_modified)
