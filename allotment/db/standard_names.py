@@ -11,6 +11,9 @@ Several processes may sync at once: inserts that lose a race are ignored.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import os_resource_classes
 import os_traits
 import sqlalchemy as sa
@@ -33,6 +36,26 @@ def _missing(conn: Connection, table: sa.Table, names: list[str]) -> list[str]:
     return [name for name in names if name not in existing]
 
 
+@contextlib.contextmanager
+def _explicit_zero_ids(conn: Connection) -> Iterator[None]:
+    """Let VCPU keep id 0 on MySQL/MariaDB.
+
+    There, inserting 0 into an auto-increment column normally means "next
+    id" (VCPU would get some id after the last class); NO_AUTO_VALUE_ON_ZERO
+    stores the 0 as given.  The session's mode is restored afterwards.
+    """
+    if conn.dialect.name != "mysql":
+        yield
+        return
+    previous = conn.exec_driver_sql("SELECT @@SESSION.sql_mode").scalar()
+    conn.exec_driver_sql("SET SESSION sql_mode = "
+                         "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'NO_AUTO_VALUE_ON_ZERO')")
+    try:
+        yield
+    finally:
+        conn.exec_driver_sql("SET SESSION sql_mode = %s", (previous,))
+
+
 def sync(db: Database) -> None:
     """Insert any standard class or trait the database lacks (idempotent)."""
     for attempt in range(5):
@@ -42,10 +65,11 @@ def sync(db: Database) -> None:
                 rc_names = standard_resource_classes()
                 missing_rcs = set(_missing(conn, tables.resource_classes, rc_names))
                 if missing_rcs:
-                    conn.execute(tables.resource_classes.insert(), [
-                        {"id": index, "name": name, "created_at": now}
-                        for index, name in enumerate(rc_names) if name in missing_rcs
-                    ])
+                    with _explicit_zero_ids(conn):
+                        conn.execute(tables.resource_classes.insert(), [
+                            {"id": index, "name": name, "created_at": now}
+                            for index, name in enumerate(rc_names) if name in missing_rcs
+                        ])
                 missing_traits = _missing(conn, tables.traits, standard_traits())
                 if missing_traits:
                     conn.execute(tables.traits.insert(), [
