@@ -3,24 +3,33 @@
 Every function takes a ``Connection`` already inside the caller's
 transaction and never commits, so several changes (e.g. the reshaper's
 inventories and allocations across many providers) form one atomic write.
-Each writer ends with the provider's generation compare-and-swap
-(:mod:`allotment.db.generations`); a lost swap raises ``ConcurrentUpdate``
+
+Each writer *starts* with the provider's generation compare-and-swap
+(:mod:`allotment.db.generations`).  Once the swap succeeds the provider row
+is ours until commit: every other writer of this provider waits at its own
+swap and then fails, and nobody committed a change to the provider since
+we read its generation, so what we read next is current on every backend
+(MySQL's repeatable-read snapshot included) and two writers never race on
+the unique (provider, class) key.  A lost swap raises ``ConcurrentUpdate``
 and the caller's transaction rolls back with nothing half-written.
 
 API for other writers
 ---------------------
 ``get_provider(conn, uuid) -> Provider | None``
-    The provider's id and generation.  Read it *before* anything the write
-    depends on (allocations, inventories): a writer that changes them after
-    that read must bump the generation first, and then our swap fails.
+    The provider's id and generation.  Read it in the writing transaction
+    and compare the client's generation with it before writing: the swap
+    then proves that nothing changed since this read.
 
 ``replace_inventories(conn, provider_id, expected_generation, inventories,
 *, check_in_use=True, provider_uuid=None) -> int``
     Make ``inventories`` ({class name: ``Inventory`` or a dict of fields})
     the provider's complete inventory and return the new generation.
-    Raises ``ResourceClassNotFound`` for an unknown class, ``InventoryInUse``
+    Raises ``ConcurrentUpdate`` when the generation moved on,
+    ``ResourceClassNotFound`` for an unknown class and ``InventoryInUse``
     when a removed class still has allocations (unless ``check_in_use`` is
-    False) and ``ConcurrentUpdate`` when the generation moved on.
+    False).  A caller changing several providers calls it in provider-id
+    order, so two transactions never wait on each other's rows in opposite
+    orders.
 
 ``classes_without_inventory(conn, provider_ids) -> {provider_id: [class]}``
     Allocations left on classes the provider no longer has inventory of.
@@ -196,6 +205,7 @@ def _warn_over_capacity(provider_uuid: str, changed: Iterable[Inventory],
 
 def add_inventory(conn: Connection, provider: Provider, inventory: Inventory) -> int:
     """Add one class the provider has no inventory of; returns the new generation."""
+    generation = bump_provider(conn, provider.id, provider.generation, uuid=provider.uuid)
     class_id = _class_id(conn, inventory.resource_class)
     exists = conn.execute(
         sa.select(INV.c.id).where(INV.c.resource_provider_id == provider.id,
@@ -207,14 +217,15 @@ def add_inventory(conn: Connection, provider: Provider, inventory: Inventory) ->
         conn.execute(INV.insert().values(resource_provider_id=provider.id, resource_class_id=class_id,
                                          created_at=utcnow(), **_values(inventory)))
     except sa.exc.IntegrityError:
-        # A concurrent POST of the same class won the unique constraint.
+        # Only a writer that skipped the generation swap can get here.
         raise InventoryDuplicate(inventory.resource_class, provider.uuid) from None
-    return bump_provider(conn, provider.id, provider.generation, uuid=provider.uuid)
+    return generation
 
 
 def update_inventory(conn: Connection, provider: Provider, expected_generation: int,
                      inventory: Inventory) -> int:
     """Change one existing record; returns the new generation."""
+    generation = bump_provider(conn, provider.id, expected_generation, uuid=provider.uuid)
     class_id = _class_id(conn, inventory.resource_class)
     result = conn.execute(
         INV.update()
@@ -225,11 +236,12 @@ def update_inventory(conn: Connection, provider: Provider, expected_generation: 
         raise InventoryNotFound(inventory.resource_class)
     used = _usage(conn, provider.id, [class_id])
     _warn_over_capacity(provider.uuid, [inventory], {inventory.resource_class: used.get(class_id, 0)})
-    return bump_provider(conn, provider.id, expected_generation, uuid=provider.uuid)
+    return generation
 
 
 def delete_inventory(conn: Connection, provider: Provider, resource_class: str) -> int:
     """Remove one class unless allocations use it; returns the new generation."""
+    generation = bump_provider(conn, provider.id, provider.generation, uuid=provider.uuid)
     class_id = _class_id(conn, resource_class)
     if _usage(conn, provider.id, [class_id]):
         raise in_use([resource_class], provider.uuid)
@@ -239,7 +251,7 @@ def delete_inventory(conn: Connection, provider: Provider, resource_class: str) 
     )
     if result.rowcount == 0:
         raise InventoryNotFound(resource_class)
-    return bump_provider(conn, provider.id, provider.generation, uuid=provider.uuid)
+    return generation
 
 
 def replace_inventories(conn: Connection, provider_id: int, expected_generation: int,
@@ -247,6 +259,7 @@ def replace_inventories(conn: Connection, provider_id: int, expected_generation:
                         check_in_use: bool = True, provider_uuid: str | None = None) -> int:
     """Make ``inventories`` the provider's complete inventory (see module doc)."""
     label = provider_uuid or str(provider_id)
+    generation = bump_provider(conn, provider_id, expected_generation, uuid=provider_uuid)
     wanted = {name: _as_inventory(name, value) for name, value in inventories.items()}
     ids = resource_class_ids(conn, wanted)
     wanted_by_id = {ids[name]: inventory for name, inventory in wanted.items()}
@@ -281,4 +294,4 @@ def replace_inventories(conn: Connection, provider_id: int, expected_generation:
         ])
     _warn_over_capacity(label, (wanted_by_id[class_id] for class_id in to_update),
                         {existing[class_id].resource_class: used for class_id, used in usage.items()})
-    return bump_provider(conn, provider_id, expected_generation, uuid=provider_uuid)
+    return generation

@@ -13,7 +13,7 @@ from allotment.db import inventories as inventory_db
 from allotment.db import tables
 from allotment.domain import errors as domain
 from allotment.domain.inventories import Inventory, ResourceClassNotFound
-from tests.conftest import new_uuid
+from tests.conftest import BACKEND, new_uuid
 
 BASE = "/resource_providers/{}/inventories"
 DISK = {"resource_class": "DISK_GB", "total": 2048, "reserved": 512, "min_unit": 10,
@@ -470,6 +470,33 @@ def test_replace_inventories_with_a_stale_generation_writes_nothing(app, provide
     with app.db.read() as conn:
         assert inventory_db.list_inventories(conn, row.id) == []
         assert inventory_db.classes_without_inventory(conn, [row.id]) == {}
+
+
+@pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite lets only one writer in at a time")
+def test_writer_that_read_before_another_commit_loses_the_swap(api, app, provider):
+    with app.db.write() as conn:
+        row = inventory_db.get_provider(conn, provider)
+        # Another client replaces the inventory and commits meanwhile.
+        assert _put_all(api, provider, 0, {"VCPU": {"total": 4}}).status == 200
+        with pytest.raises(domain.ConcurrentUpdate):
+            inventory_db.replace_inventories(conn, row.id, row.generation, {"VCPU": {"total": 8}})
+    assert _state(api, provider)["inventories"]["VCPU"]["total"] == 4
+
+
+@pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite lets only one writer in at a time")
+def test_delete_racing_a_new_allocation_loses_the_swap(api, app, provider):
+    _put_all(api, provider, 0, {"VCPU": {"total": 4}})
+    with app.db.write() as conn:
+        row = inventory_db.get_provider(conn, provider)
+        # An allocation arrives (and bumps the generation, as every writer must).
+        _allocate(app, provider, "VCPU", 1)
+        with app.db.write() as other:
+            other.execute(tables.resource_providers.update()
+                          .where(tables.resource_providers.c.uuid == provider)
+                          .values(generation=row.generation + 1))
+        with pytest.raises(domain.ConcurrentUpdate):
+            inventory_db.delete_inventory(conn, row, "VCPU")
+    assert "VCPU" in _state(api, provider)["inventories"]
 
 
 def test_replace_inventories_rejects_unknown_classes(app, provider):
