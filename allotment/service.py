@@ -56,10 +56,12 @@ def prepare_database(db: Database) -> None:
     standard_names.sync(db)
 
 
-def build_application(conf: cfg.ConfigOpts, *, prepare: bool = True):
+def build_application(conf: cfg.ConfigOpts, *, prepare: bool = True,
+                      auth_strategy: str | None = None):
+    """The WSGI application for ``conf``; ``auth_strategy`` overrides ``[api]``'s."""
     from allotment.api.app import Application
 
     db = database_from_config(conf)
     if prepare:
         prepare_database(db)
-    return Application(conf, db)
+    return Application(conf, db, auth_strategy=auth_strategy)

@@ -81,7 +81,11 @@ class Router:
 class Application:
     """Configuration, database and policy for one process, and the WSGI entry."""
 
-    def __init__(self, conf: cfg.ConfigOpts, database: Database | None = None):
+    def __init__(self, conf: cfg.ConfigOpts, database: Database | None = None, *,
+                 auth_strategy: str | None = None):
+        """``auth_strategy`` overrides ``[api] auth_strategy`` for this
+        application only (the direct interface uses ``noauth2`` without
+        changing the caller's configuration)."""
         from allotment.api import policy
 
         self.conf = conf
@@ -94,7 +98,7 @@ class Application:
         self._policy = policy
         self.router = Router(ROUTES)
         inner: Callable = self._dispatch
-        inner = auth.wrap(inner, conf)
+        inner = auth.wrap(inner, conf, strategy=auth_strategy)
         inner = self._guard(inner)
         if conf.cors.allowed_origin:
             from oslo_middleware import cors

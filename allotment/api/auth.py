@@ -66,7 +66,8 @@ class KeystoneAuth:
         return self._protected(environ, start_response)
 
 
-def wrap(app: WSGIApp, conf: cfg.ConfigOpts) -> WSGIApp:
-    if conf.api.auth_strategy == "noauth2":
+def wrap(app: WSGIApp, conf: cfg.ConfigOpts, strategy: str | None = None) -> WSGIApp:
+    """Put the authentication middleware ``strategy`` (default: the configured one) around ``app``."""
+    if (strategy or conf.api.auth_strategy) == "noauth2":
         return NoAuth2(app)
     return KeystoneAuth(app, conf)
