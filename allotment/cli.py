@@ -81,7 +81,10 @@ def run_serve(args) -> int:
 def configure_db(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="db_command", required=True)
     for name, help_text in DB_COMMANDS_HELP.items():
-        _add_config(sub.add_parser(name, help=help_text))
+        command = sub.add_parser(name, help=help_text)
+        _add_config(command)
+        if name in DB_COMMANDS_ARGS:
+            DB_COMMANDS_ARGS[name](command)
 
 
 DB_COMMANDS_HELP = {
@@ -89,13 +92,17 @@ DB_COMMANDS_HELP = {
     "version": "print the schema revision of the database",
 }
 DB_COMMANDS: dict[str, Callable] = {}
+DB_COMMANDS_ARGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
 
 
-def db_command(name: str, help_text: str):
-    """Register ``allotment db NAME``."""
+def db_command(name: str, help_text: str,
+               arguments: Callable[[argparse.ArgumentParser], None] | None = None):
+    """Register ``allotment db NAME``; ``arguments`` adds its own options."""
     def register(func):
         DB_COMMANDS_HELP[name] = help_text
         DB_COMMANDS[name] = func
+        if arguments is not None:
+            DB_COMMANDS_ARGS[name] = arguments
         return func
     return register
 
