@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import uuid as uuidlib
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -29,6 +30,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _FORMAT_CHECKER = jsonschema.FormatChecker()
 _VALIDATORS: dict[int, Any] = {}
+
+
+@_FORMAT_CHECKER.checks("uuid")
+def _is_uuid_like(value: Any) -> bool:
+    """Placement's notion of a UUID, not RFC 4122's string form.
+
+    jsonschema's own ``uuid`` check insists on hyphens; Placement accepts
+    any spelling that differs from the canonical hex only by case,
+    hyphens, braces or a ``urn:``/``uuid:`` prefix (clients do send
+    ``2290d4af9e6e400b9d651ee01376f71a``).
+    """
+    try:
+        canonical = uuidlib.UUID(value).hex
+    except (TypeError, ValueError, AttributeError):
+        return False
+    loose = value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "").lower()
+    return canonical == loose
 
 
 class Request(webob.Request):
@@ -53,12 +71,17 @@ def _validator(schema: dict):
     return validator
 
 
-def validate(data: Any, schema: dict) -> Any:
-    """Validate decoded JSON; 400 ``JSON does not validate: ...`` on failure."""
+def validate(data: Any, schema: dict, *, prefix: str = "JSON does not validate") -> Any:
+    """Validate decoded JSON; 400 ``JSON does not validate: ...`` on failure.
+
+    Query strings are checked against schemas too (as a dict of the last
+    value of each key); Placement reports those with ``prefix="Invalid
+    query string parameters"``.
+    """
     try:
         _validator(schema).validate(data)
     except jsonschema.ValidationError as error:
-        raise HTTPError(400, f"JSON does not validate: {error}") from None
+        raise HTTPError(400, f"{prefix}: {error}") from None
     return data
 
 

@@ -108,4 +108,5 @@ def negotiate(header_value: str | None) -> Version:
 
 
 def response_headers(version: Version) -> list[tuple[str, str]]:
-    return [(HEADER, f"{SERVICE_TYPE} {version}"), ("Vary", HEADER)]
+    # Placement sends the header name lower-cased in Vary; clients match on it.
+    return [(HEADER, f"{SERVICE_TYPE} {version}"), ("Vary", HEADER.lower())]

@@ -12,7 +12,7 @@ def test_root_needs_no_token_and_reports_versions(api):
     assert version["min_version"] == "1.0"
     assert version["max_version"] == "1.39"
     assert resp.headers["OpenStack-API-Version"] == "placement 1.0"
-    assert "OpenStack-API-Version" in resp.headers["Vary"]
+    assert "openstack-api-version" in resp.headers["Vary"]
 
 
 def test_latest_is_the_maximum(api):
