@@ -1,0 +1,522 @@
+"""Allocations: reading them, and replacing consumers' allocations safely.
+
+Writing
+-------
+``write_allocations(conn, requests)`` replaces the complete allocations of
+one or more consumers inside the caller's transaction.  It is the single
+writer behind ``PUT /allocations/{c}``, ``POST /allocations`` and the
+reshaper, and runs these steps, in this order:
+
+1. read the consumer records and their current allocations;
+2. read the generation of every provider involved (the providers named in
+   the request, and the providers a consumer is being emptied from) and
+   refuse unknown providers;
+3. check the client's consumer generations (1.28) and resolve resource
+   class names (unknown names are refused);
+4. compare-and-swap every affected provider's generation, in id order
+   (``generations.bump_providers``), then every consumer's (or create it);
+5. delete the consumers' old allocation rows (by primary key) and insert the
+   new ones;
+6. check capacity (``check_capacity``) against the provider state *after*
+   the write: inventory present, ``min_unit`` / ``max_unit`` / ``step_size``
+   for each amount, and ``used <= (total - reserved) * allocation_ratio``.
+
+Why this is safe without locks: any writer that increases usage on a
+provider bumps that provider's generation.  A writer that committed after
+our step 2 read makes our swap in step 4 fail; a writer that comes later
+waits for our row (the swap took it) and then fails its own swap.  So the
+usage seen in step 6 is exactly the usage at commit.  Writers that only
+*remove* allocations (``DELETE /allocations``, moving a consumer away from a
+provider) may skip the bump, as Placement does: they can only make room.
+
+Swapping provider generations before touching allocation rows matters on
+MySQL: inserting an allocation takes a shared lock on its provider row (the
+foreign key), and two transactions upgrading shared locks to the exclusive
+one an UPDATE needs deadlock each other.  Deleting old rows by primary key
+(not by consumer uuid) keeps InnoDB from taking gap locks that would make
+concurrent claims deadlock too.
+
+A lost provider swap raises ``ProviderConflict``; the caller re-runs the
+whole transaction (``RETRY_ON``), up to ``[placement]
+allocation_conflict_retry_count`` times, as Placement retries the provider
+conflicts it caused itself.  A consumer the client named a generation for is
+never retried: its generation is stale and the client must re-read
+(``ConsumerConflict``, ``ConsumerGenerationConflict``).
+
+For the reshaper
+----------------
+A reshape changes inventories and allocations of several providers in one
+transaction, and capacity can only be judged when everything is in its final
+place.  Inside its own transaction it may call, in any order and any number
+of times::
+
+    result = write_allocations(conn, requests, incomplete_owner=..., check_capacity=False)
+    ...  # change inventories
+    check_capacity(conn, result.claims)
+
+``check_capacity`` re-reads the inventories and usage of the claimed
+providers, so it sees every change the transaction made before it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from allotment.db import consumers, generations, tables
+from allotment.db.engine import utcnow
+from allotment.domain import capacity
+from allotment.domain.errors import BadRequest, ConcurrentUpdate, Conflict, NotFound
+
+ALLOC = tables.allocations
+RP = tables.resource_providers
+RC = tables.resource_classes
+INV = tables.inventories
+
+
+# -- errors (messages are Placement's: clients match on them) --------------
+
+
+class ProviderNotFound(BadRequest):
+    def __init__(self, uuid: str):
+        super().__init__(f"Allocation for resource provider '{uuid}' that does not exist.")
+
+
+class ResourceClassNotFound(BadRequest):
+    def __init__(self, name: str):
+        super().__init__(f"No such resource class {name}.")
+
+
+class InvalidInventory(Conflict):
+    """A provider has no inventory of a class the allocation asks for."""
+
+    def __init__(self, resource_class: str, provider: str, message: str | None = None):
+        super().__init__(message or f"Inventory for '{resource_class}' on resource provider "
+                                    f"'{provider}' invalid.")
+
+
+class CapacityExceeded(InvalidInventory):
+    def __init__(self, resource_class: str, provider: str):
+        super().__init__(resource_class, provider,
+                         f"Unable to create allocation for '{resource_class}' on resource provider "
+                         f"'{provider}'. The requested amount would exceed the capacity.")
+
+
+class ConstraintsViolated(InvalidInventory):
+    def __init__(self, resource_class: str, provider: str):
+        super().__init__(resource_class, provider,
+                         f"Unable to create allocation for '{resource_class}' on resource provider "
+                         f"'{provider}'. The requested amount would violate inventory constraints.")
+
+
+class ConsumerGenerationConflict(ConcurrentUpdate):
+    """The client's consumer generation is not the current one (1.28)."""
+
+    def __init__(self, expected: int | None, got: int | None):
+        shown = "null" if expected is None else expected
+        super().__init__(f"consumer generation conflict - expected {shown} but got {got}")
+
+
+class ProviderConflict(ConcurrentUpdate):
+    """A provider changed between our read and our write; safe to re-run."""
+
+    def __init__(self) -> None:
+        super().__init__("Another thread concurrently updated the resource provider data. "
+                         "Please retry your update")
+
+
+class ConsumerConflict(ConcurrentUpdate):
+    """A consumer changed after the client read it: the client must re-read."""
+
+    def __init__(self) -> None:
+        super().__init__("Another thread concurrently updated the data. Please retry your update")
+
+
+class UnguardedConsumerConflict(ConsumerConflict):
+    """A consumer changed under a write that named no generation (before 1.28,
+    or a DELETE): the stale generation was our own read, so re-running is safe."""
+
+
+#: What a caller of ``write_allocations`` / ``delete_allocations`` re-runs its
+#: transaction on (bounded by ``allocation_conflict_retry_count``).
+RETRY_ON: tuple[type[Exception], ...] = (ProviderConflict, UnguardedConsumerConflict,
+                                         consumers.RecordRace)
+
+
+# -- requests and results ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumerAllocations:
+    """The complete new allocations of one consumer, as a writer asks for them.
+
+    ``resources`` maps provider uuid -> {resource class: amount}; empty means
+    "remove every allocation of this consumer" (and its record).
+    ``project_id`` / ``user_id`` are external ids; ``None`` means the
+    configured incomplete-consumer ids (writes before microversion 1.8).
+    With ``check_generation`` (1.28) ``generation`` must equal the
+    consumer's, or be ``None`` for a consumer without a record.  With
+    ``set_consumer_type`` (1.38) ``consumer_type`` replaces the consumer's
+    type; otherwise an existing consumer keeps its type and a new one has none.
+    """
+
+    consumer_uuid: str
+    resources: Mapping[str, Mapping[str, int]]
+    project_id: str | None = None
+    user_id: str | None = None
+    generation: int | None = None
+    check_generation: bool = False
+    consumer_type: str | None = None
+    set_consumer_type: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One allocation row written: ``amount`` of a class on a provider."""
+
+    provider_id: int
+    provider_uuid: str
+    class_id: int
+    class_name: str
+    amount: int
+    consumer_uuid: str
+
+
+@dataclass
+class WriteResult:
+    claims: list[Claim] = field(default_factory=list)
+    bumped_provider_ids: set[int] = field(default_factory=set)
+
+
+# -- writing ------------------------------------------------------------------
+
+
+def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
+                      incomplete_owner: tuple[str, str],
+                      check_capacity: bool = True) -> WriteResult:
+    """Replace the allocations of every consumer in ``requests`` (see the module doc).
+
+    Each consumer uuid may appear once.  ``incomplete_owner`` is the
+    (project, user) recorded for requests without one.  Raises the errors
+    above; the caller's transaction must roll back on any of them.
+    """
+    uuids = [r.consumer_uuid for r in requests]
+    existing = consumers.get_many(conn, uuids)
+    old_rows = _rows_of_consumers(conn, uuids)
+    emptied = {r.consumer_uuid for r in requests if not r.resources}
+    # Placement bumps the providers a consumer is emptied from, not those
+    # it merely moves away from.
+    release_ids = {row.resource_provider_id for row in old_rows if row.consumer_id in emptied}
+    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
+    by_uuid, by_id = _provider_generations(conn, wanted, release_ids)
+    for uuid in wanted:
+        if uuid not in by_uuid:
+            raise ProviderNotFound(uuid)
+    _check_consumer_generations(requests, existing)
+    claims = _claims(conn, requests, by_uuid)
+    if any(claim.amount > capacity.MAX_INT for claim in claims):
+        # Larger than any column holds, and than any max_unit allows:
+        # refuse with the constraint error before writing.
+        _check_claims(conn, claims, after_write=False)
+
+    bumped = {claim.provider_id for claim in claims} | release_ids
+    try:
+        generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
+    except ConcurrentUpdate:
+        raise ProviderConflict() from None
+    _write_consumers(conn, requests, existing, incomplete_owner)
+    old_ids = [row.id for row in old_rows]
+    if old_ids:
+        conn.execute(sa.delete(ALLOC).where(ALLOC.c.id.in_(old_ids)))
+    if claims:
+        now = utcnow()
+        conn.execute(sa.insert(ALLOC), [
+            {"resource_provider_id": c.provider_id, "consumer_id": c.consumer_uuid,
+             "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
+            for c in claims
+        ])
+    if check_capacity:
+        _check_claims(conn, claims, after_write=True)
+    return WriteResult(claims, bumped)
+
+
+def check_capacity(conn: Connection, claims: Iterable[Claim]) -> None:
+    """Verify that written claims fit their providers as they are now.
+
+    For each claim: the provider has inventory of the class, the amount
+    respects ``min_unit`` / ``max_unit`` / ``step_size``, and the provider's
+    total usage of the class (which includes the claim) is within capacity.
+    One query, whatever the number of claims.
+    """
+    _check_claims(conn, list(claims), after_write=True)
+
+
+def _rows_of_consumers(conn: Connection, uuids: Sequence[str]) -> list[Row]:
+    if not uuids:
+        return []
+    return conn.execute(
+        sa.select(ALLOC.c.id, ALLOC.c.consumer_id, ALLOC.c.resource_provider_id)
+        .where(ALLOC.c.consumer_id.in_(uuids))
+    ).all()
+
+
+def _provider_generations(conn: Connection, uuids: Sequence[str], ids: Iterable[int]
+                          ) -> tuple[dict[str, Row], dict[int, int]]:
+    """Providers by uuid (id, uuid, generation) and {id: generation}, one query."""
+    ids = set(ids)
+    conditions = []
+    if uuids:
+        conditions.append(RP.c.uuid.in_(uuids))
+    if ids:
+        conditions.append(RP.c.id.in_(ids))
+    if not conditions:
+        return {}, {}
+    rows = conn.execute(sa.select(RP.c.id, RP.c.uuid, RP.c.generation).where(sa.or_(*conditions))).all()
+    return {row.uuid: row for row in rows}, {row.id: row.generation for row in rows}
+
+
+def _check_consumer_generations(requests: Sequence[ConsumerAllocations],
+                                existing: Mapping[str, consumers.Consumer]) -> None:
+    for request in requests:
+        if not request.check_generation:
+            continue
+        record = existing.get(request.consumer_uuid)
+        current = record.generation if record is not None else None
+        if request.generation != current:
+            raise ConsumerGenerationConflict(current, request.generation)
+
+
+def _claims(conn: Connection, requests: Sequence[ConsumerAllocations],
+            providers: Mapping[str, Row]) -> list[Claim]:
+    """The rows to insert, in request order; unknown class names are refused."""
+    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
+    class_ids = resource_class_ids(conn, names)
+    for name in names:
+        if name not in class_ids:
+            raise ResourceClassNotFound(name)
+    return [
+        Claim(providers[rp_uuid].id, rp_uuid, class_ids[name], name, amount, r.consumer_uuid)
+        for r in requests
+        for rp_uuid, resources in r.resources.items()
+        for name, amount in resources.items()
+    ]
+
+
+def resource_class_ids(conn: Connection, names: Iterable[str]) -> dict[str, int]:
+    names = list(names)
+    if not names:
+        return {}
+    return dict(conn.execute(sa.select(RC.c.name, RC.c.id).where(RC.c.name.in_(names))).all())
+
+
+def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
+                     existing: Mapping[str, consumers.Consumer],
+                     incomplete_owner: tuple[str, str]) -> None:
+    """Swap the generation of (or create, or delete) every consumer written.
+
+    Existing records go first, in id order, so that two transactions never
+    wait on each other's consumers in opposite orders.
+    """
+    def order(request: ConsumerAllocations) -> tuple[int, int, str]:
+        record = existing.get(request.consumer_uuid)
+        return (0, record.id, "") if record else (1, 0, request.consumer_uuid)
+
+    for request in sorted(requests, key=order):
+        record = existing.get(request.consumer_uuid)
+        conflict = ConsumerConflict if request.check_generation else UnguardedConsumerConflict
+        try:
+            if not request.resources:
+                if record is not None:
+                    consumers.delete(conn, record)
+                continue
+            owner = _owner(conn, request, record, incomplete_owner)
+            if record is not None:
+                consumers.bump(conn, record, owner)
+            else:
+                consumers.insert(conn, request.consumer_uuid, owner, generation=1)
+        except consumers.RecordRace:
+            raise
+        except ConcurrentUpdate:
+            raise conflict() from None
+
+
+def _owner(conn: Connection, request: ConsumerAllocations, record: consumers.Consumer | None,
+           incomplete_owner: tuple[str, str]) -> consumers.Owner:
+    project, user = request.project_id, request.user_id
+    if project is None:
+        project, user = incomplete_owner
+    if record is not None and (record.project, record.user) == (project, user):
+        project_id, user_id = record.project_id, record.user_id
+    else:
+        project_id, user_id = consumers.ensure_owner(conn, project, user)
+    if request.set_consumer_type and request.consumer_type is not None:
+        type_id: int | None = consumers.ensure_consumer_type(conn, request.consumer_type)
+    else:
+        type_id = record.consumer_type_id if record is not None else None
+    return consumers.Owner(project_id, user_id, type_id)
+
+
+def _inventory_usage(conn: Connection, provider_ids: set[int], class_ids: set[int]) -> dict[tuple[int, int], Row]:
+    """Inventory records with the total amount allocated from each, one query."""
+    used = (
+        sa.select(sa.func.coalesce(sa.func.sum(ALLOC.c.used), 0))
+        .where(ALLOC.c.resource_provider_id == INV.c.resource_provider_id,
+               ALLOC.c.resource_class_id == INV.c.resource_class_id)
+        .scalar_subquery()
+    )
+    rows = conn.execute(
+        sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
+                  INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio,
+                  used.label("used"))
+        .where(INV.c.resource_provider_id.in_(provider_ids), INV.c.resource_class_id.in_(class_ids))
+    ).all()
+    return {(row.resource_provider_id, row.resource_class_id): row for row in rows}
+
+
+def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool) -> None:
+    """Raise the first capacity rule the claims break, as Placement reports it.
+
+    ``after_write``: usage already includes the claims.  Otherwise (the
+    oversized-amount guard, before writing) only presence and unit rules
+    can fail, because those amounts exceed every ``max_unit``.
+    """
+    if not claims:
+        return
+    records = _inventory_usage(conn, {c.provider_id for c in claims}, {c.class_id for c in claims})
+    with_inventory = {pid for pid, _ in records}
+    bare = list(dict.fromkeys(c.provider_uuid for c in claims if c.provider_id not in with_inventory))
+    if bare:
+        names = ", ".join(dict.fromkeys(c.class_name for c in claims))
+        raise InvalidInventory(names, ", ".join(bare))
+    for claim in claims:
+        record = records.get((claim.provider_id, claim.class_id))
+        if record is None:
+            raise InvalidInventory(claim.class_name, claim.provider_uuid)
+        if capacity.unit_violation(record, claim.amount) is not None:
+            raise ConstraintsViolated(claim.class_name, claim.provider_uuid)
+        if after_write and int(record.used) > capacity.inventory_capacity(record):
+            raise CapacityExceeded(claim.class_name, claim.provider_uuid)
+
+
+def delete_allocations(conn: Connection, consumer_uuid: str) -> None:
+    """Remove every allocation of a consumer, and its record.
+
+    Placement bumps no provider generation here (removing allocations only
+    makes room).  The consumer record is deleted by compare-and-swap on the
+    generation read, so a concurrent rewrite of the consumer is noticed
+    (``UnguardedConsumerConflict``: re-run, then the new allocations go).
+    """
+    record = consumers.get_many(conn, [consumer_uuid]).get(consumer_uuid)
+    ids = [row.id for row in _rows_of_consumers(conn, [consumer_uuid])]
+    if not ids:
+        raise NotFound(f"No allocations for consumer '{consumer_uuid}'")
+    if record is not None:
+        try:
+            consumers.delete(conn, record)
+        except ConcurrentUpdate:
+            raise UnguardedConsumerConflict() from None
+    conn.execute(sa.delete(ALLOC).where(ALLOC.c.id.in_(ids)))
+
+
+# -- reading ----------------------------------------------------------------
+
+
+@dataclass
+class ConsumerView:
+    """A consumer's allocations as ``GET /allocations/{c}`` shows them.
+
+    ``has_record`` is false for allocations written before consumer
+    records existed: they have no generation, project or user yet.
+    """
+
+    allocations: dict[str, dict]
+    has_record: bool
+    generation: int | None
+    project: str | None
+    user: str | None
+    consumer_type: str | None
+    last_modified: datetime.datetime | None
+
+
+def for_consumer(conn: Connection, consumer_uuid: str) -> ConsumerView | None:
+    """The consumer's allocations by provider uuid (one query); None if it has none."""
+    c, p, u, t = tables.consumers, tables.projects, tables.users, tables.consumer_types
+    query = (
+        sa.select(RP.c.uuid, RP.c.generation, RC.c.name, ALLOC.c.used, ALLOC.c.created_at,
+                  ALLOC.c.updated_at, c.c.id.label("consumer_id"), c.c.generation.label("consumer_generation"),
+                  p.c.external_id.label("project"), u.c.external_id.label("user"),
+                  t.c.name.label("consumer_type"))
+        .select_from(ALLOC)
+        .join(RP, RP.c.id == ALLOC.c.resource_provider_id)
+        .join(RC, RC.c.id == ALLOC.c.resource_class_id)
+        .outerjoin(c, c.c.uuid == ALLOC.c.consumer_id)
+        .outerjoin(p, p.c.id == c.c.project_id)
+        .outerjoin(u, u.c.id == c.c.user_id)
+        .outerjoin(t, t.c.id == c.c.consumer_type_id)
+        .where(ALLOC.c.consumer_id == consumer_uuid)
+    )
+    rows = conn.execute(query).all()
+    if not rows:
+        return None
+    allocations: dict[str, dict] = {}
+    for row in rows:
+        entry = allocations.setdefault(row.uuid, {"generation": row.generation, "resources": {}})
+        entry["resources"][row.name] = row.used
+    first = rows[0]
+    return ConsumerView(
+        allocations=allocations,
+        has_record=first.consumer_id is not None,
+        generation=first.consumer_generation,
+        project=first.project,
+        user=first.user,
+        consumer_type=first.consumer_type,
+        last_modified=_newest(rows),
+    )
+
+
+@dataclass
+class ProviderView:
+    """A provider's allocations as ``GET /resource_providers/{u}/allocations`` shows them."""
+
+    generation: int
+    allocations: dict[str, dict]
+    consumer_generations: dict[str, int | None]
+    last_modified: datetime.datetime | None
+
+
+def for_provider(conn: Connection, provider_uuid: str) -> ProviderView | None:
+    """Allocations against a provider by consumer uuid (one query); None if no such provider."""
+    c = tables.consumers
+    query = (
+        sa.select(RP.c.generation.label("provider_generation"), ALLOC.c.consumer_id, RC.c.name,
+                  ALLOC.c.used, ALLOC.c.created_at, ALLOC.c.updated_at,
+                  c.c.generation.label("consumer_generation"))
+        .select_from(RP)
+        .outerjoin(ALLOC, ALLOC.c.resource_provider_id == RP.c.id)
+        .outerjoin(RC, RC.c.id == ALLOC.c.resource_class_id)
+        .outerjoin(c, c.c.uuid == ALLOC.c.consumer_id)
+        .where(RP.c.uuid == provider_uuid)
+    )
+    rows = conn.execute(query).all()
+    if not rows:
+        return None
+    allocations: dict[str, dict] = {}
+    generations_: dict[str, int | None] = {}
+    for row in rows:
+        if row.consumer_id is None:
+            continue
+        allocations.setdefault(row.consumer_id, {"resources": {}})["resources"][row.name] = row.used
+        generations_[row.consumer_id] = row.consumer_generation
+    present = [row for row in rows if row.consumer_id is not None]
+    return ProviderView(rows[0].provider_generation, allocations, generations_, _newest(present))
+
+
+def _newest(rows: Sequence[Row]) -> datetime.datetime | None:
+    stamps = [row.updated_at or row.created_at for row in rows]
+    stamps = [s for s in stamps if s is not None]
+    return max(stamps) if stamps else None

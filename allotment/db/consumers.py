@@ -1,0 +1,184 @@
+"""Consumer records and the projects, users and consumer types they name.
+
+A consumer record says who owns a set of allocations (project and user,
+microversion 1.8), how far its allocations have been rewritten (its
+generation, 1.28) and what kind of thing it is (its type, 1.38).  The
+allocations table refers to consumers by uuid without a foreign key, so
+allocations written before consumer records existed stay readable until
+``allotment db online-data-migrations`` gives them one.
+
+Projects, users and consumer types are created the first time a write names
+them.  That is race-safe without locks: look the name up, insert it when
+absent, and let the unique constraint decide between two processes inserting
+the same name.  The loser's ``IntegrityError`` becomes ``RecordRace`` and the
+caller re-runs its whole transaction: a fresh transaction sees the winner's
+row, which a re-read inside the same REPEATABLE READ transaction (MySQL's
+default) would not.  These rows are never deleted, so what a transaction has
+read stays valid until it commits.
+
+Every change to a consumer goes through a generation compare-and-swap
+(``generations.bump_consumer``, or a delete that names the generation it
+read), so two writers of one consumer can never both win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection
+
+from allotment.db import generations, tables
+from allotment.db.engine import utcnow
+from allotment.domain.errors import ConcurrentUpdate
+
+CONSUMERS = tables.consumers
+PROJECTS = tables.projects
+USERS = tables.users
+TYPES = tables.consumer_types
+
+#: What Placement shows as the type of a consumer that was never given one.
+UNKNOWN_TYPE = "unknown"
+
+
+class RecordRace(ConcurrentUpdate):
+    """Another transaction inserted the same project, user, type or consumer
+    first; re-running the whole transaction resolves it."""
+
+    def __init__(self, what: str):
+        super().__init__(f"Another thread concurrently created {what}. Please retry your update")
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A consumer record with its owner's external ids resolved."""
+
+    id: int
+    uuid: str
+    generation: int
+    project_id: int
+    user_id: int
+    project: str
+    user: str
+    consumer_type_id: int | None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Internal ids of a consumer's project and user (and type)."""
+
+    project_id: int
+    user_id: int
+    consumer_type_id: int | None = None
+
+
+def get_many(conn: Connection, uuids: Iterable[str]) -> dict[str, Consumer]:
+    """The consumer records among ``uuids``, keyed by uuid (one query)."""
+    uuids = list(uuids)
+    if not uuids:
+        return {}
+    c = CONSUMERS
+    query = (
+        sa.select(c.c.id, c.c.uuid, c.c.generation, c.c.project_id, c.c.user_id,
+                  PROJECTS.c.external_id.label("project"), USERS.c.external_id.label("user"),
+                  c.c.consumer_type_id)
+        .join(PROJECTS, PROJECTS.c.id == c.c.project_id)
+        .join(USERS, USERS.c.id == c.c.user_id)
+        .where(c.c.uuid.in_(uuids))
+    )
+    return {row.uuid: Consumer(*row) for row in conn.execute(query)}
+
+
+def _insert_name(conn: Connection, table: sa.Table, column: str, value: str, what: str) -> int:
+    """Insert one named row; a concurrent insert of the same name is a RecordRace."""
+    now = utcnow()
+    try:
+        result = conn.execute(sa.insert(table).values({column: value, "created_at": now,
+                                                       "updated_at": now}))
+    except exc.IntegrityError:
+        raise RecordRace(what) from None
+    return result.inserted_primary_key[0]
+
+
+def ensure_owner(conn: Connection, project: str, user: str) -> tuple[int, int]:
+    """Internal ids of project ``project`` and user ``user``, creating them if new.
+
+    One query finds both in the common case that they exist.
+    """
+    found = conn.execute(
+        sa.union_all(
+            sa.select(sa.literal_column("'p'").label("kind"), PROJECTS.c.id)
+            .where(PROJECTS.c.external_id == project),
+            sa.select(sa.literal_column("'u'").label("kind"), USERS.c.id)
+            .where(USERS.c.external_id == user),
+        )
+    ).all()
+    ids = {kind: ident for kind, ident in found}
+    project_id = ids.get("p")
+    if project_id is None:
+        project_id = _insert_name(conn, PROJECTS, "external_id", project, f"project {project}")
+    user_id = ids.get("u")
+    if user_id is None:
+        user_id = _insert_name(conn, USERS, "external_id", user, f"user {user}")
+    return project_id, user_id
+
+
+def ensure_consumer_type(conn: Connection, name: str) -> int:
+    """Internal id of consumer type ``name``, creating it if new."""
+    found = conn.execute(sa.select(TYPES.c.id).where(TYPES.c.name == name)).scalar()
+    if found is not None:
+        return found
+    return _insert_name(conn, TYPES, "name", name, f"consumer type {name}")
+
+
+def insert(conn: Connection, uuid: str, owner: Owner, *, generation: int) -> int:
+    """Create a consumer record; a concurrent creation of the same uuid is a RecordRace."""
+    now = utcnow()
+    try:
+        result = conn.execute(sa.insert(CONSUMERS).values(
+            uuid=uuid, project_id=owner.project_id, user_id=owner.user_id,
+            consumer_type_id=owner.consumer_type_id, generation=generation,
+            created_at=now, updated_at=now))
+    except exc.IntegrityError:
+        raise RecordRace(f"consumer {uuid}") from None
+    return result.inserted_primary_key[0]
+
+
+def bump(conn: Connection, consumer: Consumer, owner: Owner | None = None) -> int:
+    """Advance the consumer's generation from the one read (compare-and-swap),
+    then record a new owner or type if ``owner`` differs; returns the new generation.
+
+    The owner update runs after the swap, so it only ever happens in the
+    transaction that won the consumer.
+    """
+    new_generation = generations.bump_consumer(conn, consumer.id, consumer.generation,
+                                               uuid=consumer.uuid)
+    if owner is not None and (owner.project_id, owner.user_id, owner.consumer_type_id) != (
+            consumer.project_id, consumer.user_id, consumer.consumer_type_id):
+        conn.execute(sa.update(CONSUMERS).where(CONSUMERS.c.id == consumer.id).values(
+            project_id=owner.project_id, user_id=owner.user_id,
+            consumer_type_id=owner.consumer_type_id))
+    return new_generation
+
+
+def delete(conn: Connection, consumer: Consumer) -> None:
+    """Remove a consumer record if it is still at the generation read.
+
+    Deleting is a change like any other: naming the generation makes it a
+    compare-and-swap, so a concurrent writer of the consumer is detected.
+    """
+    result = conn.execute(sa.delete(CONSUMERS).where(CONSUMERS.c.id == consumer.id,
+                                                     CONSUMERS.c.generation == consumer.generation))
+    if result.rowcount != 1:
+        raise ConcurrentUpdate(f"consumer {consumer.uuid} generation conflict: another process "
+                               "updated it. Please retry your update")
+
+
+def type_names(conn: Connection, type_ids: Iterable[int]) -> dict[int, str]:
+    """Names of the given consumer type ids."""
+    ids = {i for i in type_ids if i is not None}
+    if not ids:
+        return {}
+    return dict(conn.execute(sa.select(TYPES.c.id, TYPES.c.name).where(TYPES.c.id.in_(ids))).all())

@@ -1,0 +1,588 @@
+"""PUT/GET/DELETE /allocations/{consumer_uuid}, POST /allocations and
+GET /resource_providers/{uuid}/allocations, as the API reference tells them.
+
+Providers and inventories are seeded with SQL (``seed_provider``) so these
+tests depend on nothing but the allocation code; the helpers are shared by
+the usages and consumer tests.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+
+import pytest
+import sqlalchemy as sa
+
+from allotment.db import allocations as alloc_db
+from allotment.db import generations, tables
+from allotment.db.engine import utcnow
+from tests.conftest import new_uuid
+
+INCOMPLETE = "00000000-0000-0000-0000-000000000000"
+
+
+# -- seeding helpers ----------------------------------------------------------
+
+
+def seed_provider(app, inventories: dict | None = None, *, name: str | None = None) -> str:
+    """Create a provider with inventories ({class: total or {field: value}}); its uuid."""
+    uuid = new_uuid()
+    with app.db.write() as conn:
+        rp = tables.resource_providers
+        now = utcnow()
+        pid = conn.execute(sa.insert(rp).values(uuid=uuid, name=name or f"rp-{uuid}", generation=0,
+                                                created_at=now, updated_at=now)).inserted_primary_key[0]
+        conn.execute(sa.update(rp).where(rp.c.id == pid).values(root_provider_id=pid))
+        for class_name, spec in (inventories or {}).items():
+            fields = {"total": spec} if isinstance(spec, int) else dict(spec)
+            record = {"reserved": 0, "min_unit": 1, "max_unit": fields["total"], "step_size": 1,
+                      "allocation_ratio": 1.0, **fields}
+            class_id = conn.execute(sa.select(tables.resource_classes.c.id).where(
+                tables.resource_classes.c.name == class_name)).scalar_one()
+            conn.execute(sa.insert(tables.inventories).values(resource_provider_id=pid, resource_class_id=class_id,
+                                                              created_at=now, **record))
+    return uuid
+
+
+def seed_custom_class(app, name: str) -> None:
+    with app.db.write() as conn:
+        rc = tables.resource_classes
+        next_id = max(tables.CUSTOM_RESOURCE_CLASS_MIN_ID,
+                      (conn.execute(sa.select(sa.func.max(rc.c.id))).scalar() or 0) + 1)
+        conn.execute(sa.insert(rc).values(id=next_id, name=name))
+
+
+def seed_legacy_allocation(app, provider: str, consumer: str, resources: dict[str, int]) -> None:
+    """Allocations as Placement wrote them before consumer records existed."""
+    with app.db.write() as conn:
+        pid = conn.execute(sa.select(tables.resource_providers.c.id).where(
+            tables.resource_providers.c.uuid == provider)).scalar_one()
+        ids = alloc_db.resource_class_ids(conn, resources)
+        conn.execute(sa.insert(tables.allocations), [
+            {"resource_provider_id": pid, "consumer_id": consumer, "resource_class_id": ids[name], "used": used}
+            for name, used in resources.items()])
+
+
+def provider_generation(api, provider: str) -> int:
+    return api.get(f"/resource_providers/{provider}/allocations").json["resource_provider_generation"]
+
+
+def usages(api, provider: str) -> dict:
+    return api.get(f"/resource_providers/{provider}/usages").json["usages"]
+
+
+def body(allocations: dict, generation=None, *, project="proj", user="user", **extra) -> dict:
+    """A 1.28+ PUT body."""
+    return {"allocations": allocations, "project_id": project, "user_id": user,
+            "consumer_generation": generation, **extra}
+
+
+def claim(provider: str, **resources) -> dict:
+    return {provider: {"resources": resources}}
+
+
+@pytest.fixture
+def rp(app):
+    return seed_provider(app, {"VCPU": 8, "MEMORY_MB": 2048, "DISK_GB": {"total": 100, "step_size": 10,
+                                                                        "min_unit": 10, "max_unit": 50}})
+
+
+@pytest.fixture
+def api128(api):
+    api.version = "1.28"
+    return api
+
+
+# -- GET /allocations/{consumer_uuid} -----------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.12", "1.28", "1.38"])
+def test_get_unknown_consumer_is_an_empty_dict(api, version):
+    r = api.get(f"/allocations/{new_uuid()}", version=version)
+    assert r.status == 200
+    assert r.json == {"allocations": {}}
+
+
+def test_get_shows_owner_from_1_12_generation_from_1_28_type_from_1_38(api, rp):
+    consumer = new_uuid()
+    assert api.put(f"/allocations/{consumer}", version="1.38",
+                   json=body(claim(rp, VCPU=2), consumer_type="INSTANCE")).status == 204
+    old = api.get(f"/allocations/{consumer}", version="1.11").json
+    assert old == {"allocations": {rp: {"generation": 1, "resources": {"VCPU": 2}}}}
+    assert set(api.get(f"/allocations/{consumer}", version="1.12").json) == {"allocations", "project_id", "user_id"}
+    assert api.get(f"/allocations/{consumer}", version="1.28").json["consumer_generation"] == 1
+    latest = api.get(f"/allocations/{consumer}", version="1.38").json
+    assert latest == {"allocations": {rp: {"generation": 1, "resources": {"VCPU": 2}}},
+                      "project_id": "proj", "user_id": "user", "consumer_generation": 1,
+                      "consumer_type": "INSTANCE"}
+
+
+def test_get_has_cache_headers_from_1_15(api, rp):
+    consumer = new_uuid()
+    api.put(f"/allocations/{consumer}", version="1.28", json=body(claim(rp, VCPU=1)))
+    assert "last-modified" not in api.get(f"/allocations/{consumer}", version="1.14").headers
+    r = api.get(f"/allocations/{consumer}", version="1.15")
+    assert r.headers["cache-control"] == "no-cache"
+    assert r.headers["last-modified"].endswith(" GMT")
+
+
+# -- PUT /allocations/{consumer_uuid}: formats by microversion -----------------
+
+
+def test_put_list_format_before_1_8_gives_the_incomplete_owner(api, rp):
+    consumer = new_uuid()
+    r = api.put(f"/allocations/{consumer}", version="1.7",
+                json={"allocations": [{"resource_provider": {"uuid": rp}, "resources": {"VCPU": 1}}]})
+    assert r.status == 204
+    assert "cache-control" not in r.headers and "last-modified" not in r.headers
+    shown = api.get(f"/allocations/{consumer}", version="1.12").json
+    assert (shown["project_id"], shown["user_id"]) == (INCOMPLETE, INCOMPLETE)
+
+
+@pytest.mark.parametrize("missing", ["project_id", "user_id"])
+def test_put_1_8_requires_project_and_user(api, rp, missing):
+    data = {"allocations": [{"resource_provider": {"uuid": rp}, "resources": {"VCPU": 1}}],
+            "project_id": "p", "user_id": "u"}
+    del data[missing]
+    r = api.put(f"/allocations/{new_uuid()}", version="1.8", json=data)
+    assert r.status == 400
+    assert "Failed validating 'required'" in r.error()["detail"]
+
+
+@pytest.mark.parametrize("field,value,rule", [("project_id", "", "minLength"), ("user_id", "", "minLength"),
+                                              ("project_id", "x" * 256, "maxLength"),
+                                              ("user_id", "x" * 256, "maxLength")])
+def test_put_owner_ids_are_1_to_255_characters(api, rp, field, value, rule):
+    data = body(claim(rp, VCPU=1))
+    data[field] = value
+    r = api.put(f"/allocations/{new_uuid()}", version="1.28", json=data)
+    assert r.status == 400
+    assert f"Failed validating '{rule}'" in r.error()["detail"]
+
+
+def test_put_1_12_takes_a_dict_and_refuses_the_list(api, rp):
+    consumer = new_uuid()
+    listish = {"allocations": [{"resource_provider": {"uuid": rp}, "resources": {"VCPU": 1}}],
+               "project_id": "p", "user_id": "u"}
+    assert api.put(f"/allocations/{consumer}", version="1.12", json=listish).status == 400
+    dictish = {"allocations": claim(rp, VCPU=1), "project_id": "p", "user_id": "u"}
+    assert api.put(f"/allocations/{consumer}", version="1.12", json=dictish).status == 204
+    # What GET returns can be sent back (generation inside is ignored).
+    shown = api.get(f"/allocations/{consumer}", version="1.12").json
+    again = {"allocations": shown["allocations"], "project_id": "p", "user_id": "u"}
+    assert api.put(f"/allocations/{consumer}", version="1.12", json=again).status == 204
+
+
+@pytest.mark.parametrize("version,data,expected", [
+    ("1.0", {"allocations": []}, "Failed validating 'minItems'"),
+    ("1.0", {"allocations": [{"resources": {"DISK_GB": 10}}]}, "'resource_provider' is a required property"),
+    ("1.12", {"allocations": {}, "project_id": "p", "user_id": "u"}, "should be non-empty"),
+    ("1.12", {"allocations": {"nice_house_friend": {"resources": {"VCPU": 1}}}, "project_id": "p",
+              "user_id": "u"}, "does not match any of the regexes"),
+    ("1.28", {"allocations": {}, "project_id": "p", "user_id": "u"}, "'consumer_generation' is a required"),
+    ("1.12", {"allocations": {}, "project_id": "p", "user_id": "u", "bad_field": 1}, "JSON does not validate"),
+])
+def test_put_refuses_malformed_bodies(api, rp, version, data, expected):
+    r = api.put(f"/allocations/{new_uuid()}", version=version, json=data)
+    assert r.status == 400
+    assert expected in r.error()["detail"]
+
+
+@pytest.mark.parametrize("amount,expected", [(0, "0 is less than the minimum of 1"),
+                                             (-1, "-1 is less than the minimum of 1"),
+                                             (1.5, "1.5 is not of type 'integer'"),
+                                             ("2", "'2' is not of type 'integer'")])
+def test_put_amounts_are_positive_integers(api128, rp, amount, expected):
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(rp, VCPU=amount)))
+    assert r.status == 400
+    assert expected in r.error()["detail"]
+
+
+def test_put_lowercase_class_and_empty_resources_are_refused(api128, rp):
+    assert "does not match any of the regexes" in api128.put(
+        f"/allocations/{new_uuid()}", json=body(claim(rp, vcpu=1))).error()["detail"]
+    r = api128.put(f"/allocations/{new_uuid()}", json=body({rp: {"resources": {}}}))
+    assert r.status == 400 and "should be non-empty" in r.error()["detail"]
+
+
+def test_put_malformed_json_and_wrong_media_type(api, rp):
+    consumer = new_uuid()
+    r = api.put(f"/allocations/{consumer}", body=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status == 400 and "Malformed JSON" in r.error()["detail"]
+    r = api.put(f"/allocations/{consumer}", body=b"x", headers={"Content-Type": "text/plain"})
+    assert r.status == 415
+
+
+def test_put_duplicate_provider_in_list_format_is_refused(api, rp):
+    consumer = new_uuid()
+    entry = {"resource_provider": {"uuid": rp}, "resources": {"VCPU": 1}}
+    r = api.put(f"/allocations/{consumer}", version="1.11",
+                json={"allocations": [entry, {**entry, "resources": {"VCPU": 2}}], "project_id": "p", "user_id": "u"})
+    assert r.status == 400
+    assert "more than once" in r.error()["detail"]
+    assert api.get(f"/allocations/{consumer}").json == {"allocations": {}}
+
+
+def test_put_consumer_uuid_must_be_a_uuid_and_dashless_is_the_same_consumer(api128, rp):
+    r = api128.put("/allocations/not-a-uuid", json=body(claim(rp, VCPU=1)))
+    assert r.status == 400 and "Malformed consumer_uuid: not-a-uuid" in r.error()["detail"]
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+    dashless = consumer.replace("-", "")
+    assert api128.put(f"/allocations/{dashless}", json=body(claim(rp, VCPU=2), 1)).status == 204
+    assert api128.get(f"/allocations/{consumer}").json["allocations"][rp]["resources"] == {"VCPU": 2}
+
+
+def test_put_mappings_are_accepted_from_1_34(api, rp):
+    data = body(claim(rp, VCPU=1), mappings={"": [rp]})
+    r = api.put(f"/allocations/{new_uuid()}", version="1.33", json=data)
+    assert r.status == 400 and "Additional properties are not allowed" in r.error()["detail"]
+    assert api.put(f"/allocations/{new_uuid()}", version="1.34", json=data).status == 204
+    r = api.put(f"/allocations/{new_uuid()}", version="1.34", json=body(claim(rp, VCPU=1), mappings={"a": "b"}))
+    assert "'b' is not of type 'array'" in r.error()["detail"]
+    r = api.put(f"/allocations/{new_uuid()}", version="1.34", json=body(claim(rp, VCPU=1), mappings={}))
+    assert "{} should be non-empty" in r.error()["detail"]
+
+
+# -- consumer generations (1.28) -----------------------------------------------
+
+
+def test_new_consumer_needs_null_generation(api128, rp):
+    consumer = new_uuid()
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1), 5))
+    assert r.status == 409
+    assert r.error()["code"] == "placement.concurrent_update"
+    assert "consumer generation conflict - expected null but got 5" in r.error()["detail"]
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+    assert api128.get(f"/allocations/{consumer}").json["consumer_generation"] == 1
+
+
+def test_existing_consumer_needs_its_current_generation(api128, rp):
+    consumer = new_uuid()
+    api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1)))
+    for stale in (None, 0, 2, -1):
+        r = api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=5), stale))
+        assert r.status == 409, stale
+        assert r.error()["code"] == "placement.concurrent_update"
+        assert f"consumer generation conflict - expected 1 but got {stale}" in r.error()["detail"]
+    assert usages(api128, rp)["VCPU"] == 1
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=5), 1)).status == 204
+    assert api128.get(f"/allocations/{consumer}").json["consumer_generation"] == 2
+
+
+@pytest.mark.parametrize("generation", ["1", 1.0, True, {}])
+def test_generation_must_be_an_integer_or_null(api128, rp, generation):
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(rp, VCPU=1), generation))
+    assert r.status == 400
+    assert "is not of type 'integer', 'null'" in r.error()["detail"]
+
+
+def test_writes_before_1_28_bump_the_generation_silently(api, rp):
+    consumer = new_uuid()
+    api.put(f"/allocations/{consumer}", version="1.28", json=body(claim(rp, VCPU=1)))
+    old = {"allocations": claim(rp, VCPU=2), "project_id": "proj", "user_id": "user"}
+    assert api.put(f"/allocations/{consumer}", version="1.27", json=old).status == 204
+    assert api.put(f"/allocations/{consumer}", version="1.27", json=old).status == 204
+    assert api.get(f"/allocations/{consumer}", version="1.28").json["consumer_generation"] == 3
+
+
+def test_empty_allocations_at_1_28_delete_the_consumer_safely(api128, rp):
+    consumer = new_uuid()
+    api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=3)))
+    assert api128.put(f"/allocations/{consumer}", json=body({}, 0)).status == 409
+    assert usages(api128, rp)["VCPU"] == 3
+    assert api128.put(f"/allocations/{consumer}", json=body({}, 1)).status == 204
+    assert api128.get(f"/allocations/{consumer}").json == {"allocations": {}}
+    assert usages(api128, rp)["VCPU"] == 0
+    # The record went with the allocations: the consumer is new again.
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+
+
+def test_failed_claim_leaves_no_consumer_behind(api128, rp):
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=9999))).status == 409
+    assert api128.get(f"/allocations/{consumer}").json == {"allocations": {}}
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+
+
+def test_owner_can_change_with_a_write(api128, rp):
+    consumer = new_uuid()
+    api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1)))
+    api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1), 1, project="other", user="someone"))
+    shown = api128.get(f"/allocations/{consumer}").json
+    assert (shown["project_id"], shown["user_id"]) == ("other", "someone")
+
+
+# -- consumer types (1.38) -----------------------------------------------------
+
+
+def test_consumer_type_is_required_from_1_38_and_unknown_before(api, rp):
+    consumer = new_uuid()
+    r = api.put(f"/allocations/{consumer}", version="1.38", json=body(claim(rp, VCPU=1)))
+    assert r.status == 400 and "'consumer_type' is a required property" in r.error()["detail"]
+    r = api.put(f"/allocations/{consumer}", version="1.38", json=body(claim(rp, VCPU=1), consumer_type="instance"))
+    assert "'instance' does not match '^[A-Z0-9_]+$'" in r.error()["detail"]
+    assert api.put(f"/allocations/{consumer}", version="1.37", json=body(claim(rp, VCPU=1))).status == 204
+    assert api.get(f"/allocations/{consumer}", version="1.38").json["consumer_type"] == "unknown"
+    r = api.put(f"/allocations/{consumer}", version="1.38", json=body(claim(rp, VCPU=1), 1, consumer_type="PONY"))
+    assert r.status == 204
+    assert api.get(f"/allocations/{consumer}", version="1.38").json["consumer_type"] == "PONY"
+    # A write before 1.38 keeps the type.
+    assert api.put(f"/allocations/{consumer}", version="1.37", json=body(claim(rp, VCPU=2), 2)).status == 204
+    assert api.get(f"/allocations/{consumer}", version="1.38").json["consumer_type"] == "PONY"
+
+
+# -- capacity ------------------------------------------------------------------
+
+
+def test_capacity_counts_reserved_and_allocation_ratio(app, api128):
+    provider = seed_provider(app, {"VCPU": {"total": 4, "reserved": 1, "max_unit": 8, "allocation_ratio": 2.5}})
+    # (4 - 1) * 2.5 = 7.5 -> 7 units fit, 8 do not.
+    assert api128.put(f"/allocations/{new_uuid()}", json=body(claim(provider, VCPU=7))).status == 204
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(provider, VCPU=1)))
+    assert r.status == 409
+    assert (f"Unable to allocate inventory: Unable to create allocation for 'VCPU' on resource provider "
+            f"'{provider}'. The requested amount would exceed the capacity.") in r.error()["detail"]
+
+
+@pytest.mark.parametrize("amount", [5, 60, 15])  # below min_unit, above max_unit, off step_size
+def test_unit_constraints(api128, rp, amount):
+    consumer = new_uuid()
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(rp, DISK_GB=amount)))
+    assert r.status == 409
+    assert "The requested amount would violate inventory constraints." in r.error()["detail"]
+    assert api128.get(f"/allocations/{consumer}").json == {"allocations": {}}
+
+
+def test_amount_beyond_any_integer_column_is_a_constraint_error(api128, rp):
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(rp, VCPU=2 ** 40)))
+    assert r.status == 409
+    assert "violate inventory constraints" in r.error()["detail"]
+
+
+def test_replacing_a_consumers_allocations_does_not_count_them_twice(api128, rp):
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=6))).status == 204
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=8), 1)).status == 204
+    assert usages(api128, rp)["VCPU"] == 8
+
+
+def test_unknown_provider_class_and_missing_inventory(app, api128, rp):
+    missing = new_uuid()
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(missing, VCPU=1)))
+    assert r.status == 400
+    assert f"Allocation for resource provider '{missing}' that does not exist." in r.error()["detail"]
+    consumer = new_uuid()
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(rp, COWS=1)))
+    assert r.status == 400
+    assert f"Unable to allocate inventory for consumer {consumer}: No such resource class COWS" in r.error()["detail"]
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(rp, VCPU=1, PCI_DEVICE=1)))
+    assert r.status == 409
+    assert f"Inventory for 'PCI_DEVICE' on resource provider '{rp}' invalid." in r.error()["detail"]
+    bare = seed_provider(app)
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(bare, DISK_GB=10)))
+    assert r.status == 409 and r.error()["title"] == "Conflict"
+    assert usages(api128, rp) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+
+
+def test_custom_classes_allocate_like_standard_ones(app, api):
+    seed_custom_class(app, "CUSTOM_GOLD")
+    provider = seed_provider(app, {"VCPU": 24, "CUSTOM_GOLD": 5})
+    consumer = new_uuid()
+    old = {"allocations": [{"resource_provider": {"uuid": provider}, "resources": {"DISK_GB": 5, "CUSTOM_GOLD": 1}}],
+           "project_id": "p", "user_id": "u"}
+    assert api.put(f"/allocations/{consumer}", version="1.11", json=old).status == 409
+    old["allocations"][0]["resources"] = {"CUSTOM_GOLD": 1}
+    assert api.put(f"/allocations/{consumer}", version="1.11", json=old).status == 204
+
+
+# -- generations of providers ---------------------------------------------------
+
+
+def test_every_write_bumps_the_providers_it_claims_from_and_delete_bumps_none(app, api128):
+    a = seed_provider(app, {"VCPU": 8})
+    b = seed_provider(app, {"VCPU": 8})
+    consumer = new_uuid()
+    api128.put(f"/allocations/{consumer}", json=body({**claim(a, VCPU=1), **claim(b, VCPU=1)}))
+    assert (provider_generation(api128, a), provider_generation(api128, b)) == (1, 1)
+    shown = api128.get(f"/allocations/{consumer}").json["allocations"]
+    assert shown[a]["generation"] == 1 and shown[b]["generation"] == 1
+    # Moving away from b does not bump b (Placement doesn't either).
+    api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=2), 1))
+    assert (provider_generation(api128, a), provider_generation(api128, b)) == (2, 1)
+    # Emptying bumps the providers it releases.
+    api128.put(f"/allocations/{consumer}", json=body({}, 2))
+    assert provider_generation(api128, a) == 3
+    api128.put(f"/allocations/{consumer}", json=body(claim(b, VCPU=2)))
+    assert api128.delete(f"/allocations/{consumer}").status == 204
+    assert provider_generation(api128, b) == 2
+
+
+def test_lost_provider_swaps_are_retried_then_reported(app, api128, rp, monkeypatch):
+    real = generations.bump_providers
+    losses = {"left": 3}
+
+    def flaky(conn, expected):
+        if losses["left"] > 0:
+            losses["left"] -= 1
+            raise generations.ConcurrentUpdate("lost")
+        return real(conn, expected)
+
+    monkeypatch.setattr(generations, "bump_providers", flaky)
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+    assert losses["left"] == 0
+    assert api128.get(f"/allocations/{consumer}").json["consumer_generation"] == 1
+
+    app.conf.set_override("allocation_conflict_retry_count", 2, group="placement")
+    losses["left"] = 3
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(rp, VCPU=1)))
+    assert r.status == 409
+    assert r.error()["code"] == "placement.concurrent_update"
+    assert "Inventory and/or allocations changed while attempting to allocate" in r.error()["detail"]
+    assert usages(api128, rp)["VCPU"] == 1
+
+
+# -- DELETE ---------------------------------------------------------------------
+
+
+def test_delete_removes_everything_then_404(api, rp):
+    consumer = new_uuid()
+    api.put(f"/allocations/{consumer}", version="1.28", json=body(claim(rp, VCPU=2, MEMORY_MB=256)))
+    assert api.delete(f"/allocations/{consumer}").status == 204
+    assert usages(api, rp) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+    r = api.delete(f"/allocations/{consumer}")
+    assert r.status == 404
+    assert f"No allocations for consumer '{consumer}'" in r.error()["detail"]
+    assert api.delete(f"/allocations/{new_uuid()}").status == 404
+
+
+def test_get_allocations_is_not_allowed(api):
+    r = api.get("/allocations")
+    assert r.status == 405 and r.headers["allow"] == "POST"
+
+
+# -- POST /allocations (1.13) ---------------------------------------------------
+
+
+def post_entry(allocations: dict, generation=None, *, project="proj", user="user") -> dict:
+    return {"allocations": allocations, "project_id": project, "user_id": user, "consumer_generation": generation}
+
+
+def test_post_is_404_before_1_13(api, rp):
+    assert api.post("/allocations", version="1.12", json={}).status == 404
+
+
+def test_post_writes_several_consumers_and_empties_others(api128, app):
+    compute = seed_provider(app, {"VCPU": 16, "MEMORY_MB": 2048})
+    disk = seed_provider(app, {"DISK_GB": 4096})
+    instance, migration = new_uuid(), new_uuid()
+    r = api128.post("/allocations", json={
+        instance: post_entry({**claim(compute, VCPU=2, MEMORY_MB=1024), **claim(disk, DISK_GB=5)}),
+        migration: post_entry(claim(compute, VCPU=2, MEMORY_MB=1024)),
+    })
+    assert r.status == 204
+    assert api128.get("/usages?project_id=proj").json["usages"] == {"VCPU": 4, "MEMORY_MB": 2048, "DISK_GB": 5}
+    r = api128.post("/allocations", json={
+        instance: post_entry({**claim(compute, VCPU=2, MEMORY_MB=1024), **claim(disk, DISK_GB=5)}, 1),
+        migration: post_entry({}, 1),
+    })
+    assert r.status == 204
+    assert api128.get(f"/allocations/{migration}").json == {"allocations": {}}
+    assert api128.get(f"/allocations/{instance}").json["consumer_generation"] == 2
+    assert api128.get("/usages?project_id=proj").json["usages"] == {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 5}
+
+
+def test_post_is_all_or_nothing(api128, app):
+    provider = seed_provider(app, {"VCPU": 2})
+    consumers = [new_uuid() for _ in range(3)]
+    # Each claim fits alone; together they exceed the capacity.
+    r = api128.post("/allocations", json={c: post_entry(claim(provider, VCPU=1)) for c in consumers})
+    assert r.status == 409
+    assert "The requested amount would exceed the capacity" in r.error()["detail"]
+    assert usages(api128, provider) == {"VCPU": 0}
+    good, bad = new_uuid(), new_uuid()
+    r = api128.post("/allocations", json={good: post_entry(claim(provider, VCPU=1)),
+                                          bad: post_entry(claim(provider, CUSTOM_PONY=1))})
+    assert r.status == 400
+    assert "Unable to allocate inventory No such resource class CUSTOM_PONY" in r.error()["detail"]
+    assert api128.get(f"/allocations/{good}").json == {"allocations": {}}
+    r = api128.post("/allocations", json={good: post_entry(claim(provider, VCPU=1)),
+                                          bad: post_entry(claim(provider, VCPU=1), 4)})
+    assert r.status == 409 and "expected null but got 4" in r.error()["detail"]
+    assert api128.get(f"/allocations/{good}").json == {"allocations": {}}
+
+
+@pytest.mark.parametrize("data", [{}, {"cow": {}}, {new_uuid(): {"cow": "moo"}}])
+def test_post_refuses_malformed_bodies(api128, data):
+    assert api128.post("/allocations", json=data).status == 400
+
+
+def test_post_generation_is_required_from_1_28(api, rp):
+    entry = {"allocations": claim(rp, VCPU=1), "project_id": "p", "user_id": "u"}
+    r = api.post("/allocations", version="1.28", json={new_uuid(): entry})
+    assert r.status == 400 and "'consumer_generation' is a required property" in r.error()["detail"]
+    assert api.post("/allocations", version="1.27", json={new_uuid(): entry}).status == 204
+
+
+def test_post_consumer_type_from_1_38(api, rp):
+    consumer = new_uuid()
+    entry = post_entry(claim(rp, VCPU=1))
+    r = api.post("/allocations", version="1.38", json={consumer: entry})
+    assert r.status == 400 and "'consumer_type' is a required property" in r.error()["detail"]
+    r = api.post("/allocations", version="1.38", json={consumer: {**entry, "consumer_type": "INSTANCE"}})
+    assert r.status == 204
+    assert api.get(f"/allocations/{consumer}", version="1.38").json["consumer_type"] == "INSTANCE"
+
+
+# -- GET /resource_providers/{uuid}/allocations ------------------------------
+
+
+def test_provider_allocations_by_consumer(api, app, rp):
+    first, second = new_uuid(), new_uuid()
+    api.put(f"/allocations/{first}", version="1.28", json=body(claim(rp, VCPU=2, DISK_GB=10)))
+    api.put(f"/allocations/{second}", version="1.28", json=body(claim(rp, VCPU=1)))
+    r = api.get(f"/resource_providers/{rp}/allocations", version="1.27")
+    assert r.json == {"resource_provider_generation": 2,
+                      "allocations": {first: {"resources": {"VCPU": 2, "DISK_GB": 10}},
+                                      second: {"resources": {"VCPU": 1}}}}
+    assert "last-modified" not in api.get(f"/resource_providers/{rp}/allocations", version="1.14").headers
+    r = api.get(f"/resource_providers/{rp}/allocations", version="1.28")
+    assert r.json["allocations"][first]["consumer_generation"] == 1
+    assert r.headers["cache-control"] == "no-cache"
+
+
+def test_provider_allocations_of_unknown_provider_is_404(api):
+    assert api.get(f"/resource_providers/{new_uuid()}/allocations").status == 404
+
+
+# -- allocations written before consumer records existed ----------------------
+
+
+def test_legacy_allocations_show_the_incomplete_owner_and_take_a_null_generation(api, app, rp):
+    consumer = new_uuid()
+    seed_legacy_allocation(app, rp, consumer, {"VCPU": 2})
+    shown = api.get(f"/allocations/{consumer}", version="1.28").json
+    assert shown["project_id"] == INCOMPLETE and shown["consumer_generation"] is None
+    assert api.get(f"/resource_providers/{rp}/allocations", version="1.28").json["allocations"][consumer] == {
+        "resources": {"VCPU": 2}, "consumer_generation": None}
+    assert api.put(f"/allocations/{consumer}", version="1.28", json=body(claim(rp, VCPU=3), 0)).status == 409
+    assert api.put(f"/allocations/{consumer}", version="1.28", json=body(claim(rp, VCPU=3))).status == 204
+    assert usages(api, rp)["VCPU"] == 3
+    shown = api.get(f"/allocations/{consumer}", version="1.28").json
+    assert (shown["project_id"], shown["consumer_generation"]) == ("proj", 1)
+
+
+def test_legacy_allocations_can_be_deleted(api, app, rp):
+    consumer = new_uuid()
+    seed_legacy_allocation(app, rp, consumer, {"VCPU": 2})
+    assert api.delete(f"/allocations/{consumer}").status == 204
+    assert usages(api, rp)["VCPU"] == 0
+
+
+def test_canonical_uuid_helper_used_for_get_and_delete(api128, rp):
+    consumer = new_uuid()
+    api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1)))
+    upper = str(uuidlib.UUID(consumer)).upper().replace("-", "")
+    assert api128.get(f"/allocations/{upper}").json["allocations"]
+    assert api128.delete(f"/allocations/{upper}").status == 204
