@@ -1,0 +1,640 @@
+"""Find allocation candidates for a parsed request over a provider snapshot.
+
+The search, in Placement's terms
+--------------------------------
+A candidate is *anchored* at one root provider T.  Every request group is
+served by providers "reachable" from T:
+
+* the **unsuffixed group** may spread its resource classes over several
+  providers: each class comes, whole, from one provider of tree T or from a
+  sharing provider (``MISC_SHARES_VIA_AGGREGATE``) that shares an aggregate
+  with some provider of T.  Its ``required`` traits must be met by the union
+  of the traits of the providers it uses, none of which may carry a
+  forbidden trait.  ``member_of`` is met by the provider *or by T* (an
+  aggregate on a root spans its tree); a sharing provider must itself be a
+  member.  A forbidden aggregate on the provider or on T excludes it.
+  ``in_tree`` confines it to that tree, without sharing providers.
+* a **suffixed group** is served by exactly one provider holding all its
+  resources, traits and aggregates itself, either in T or sharing with T
+  (``in_treeN`` constrains the provider, not the anchor).  A *resourceless*
+  suffixed group (1.36) just names such a provider.
+
+Then: ``group_policy=isolate`` makes suffixed groups use distinct
+providers; every ``same_subtree`` set of groups must have one of its
+providers above (or equal to) all the others; amounts that several groups
+put on one provider and class are summed and must still fit (capacity and
+``max_unit``); ``root_required`` filters anchors by the root's traits;
+before 1.29 a candidate may not use two providers of one tree.
+
+Two candidates are the same when their allocations *and* mappings match,
+so groups with identical requirements on swapped providers are distinct
+candidates (``mappings`` tell them apart, as Placement reports them).
+
+How it stays fast
+-----------------
+Nothing is enumerated that cannot be returned: per anchor, each group's
+viable providers are computed once (predicates cached per provider and
+shared between groups with identical requirements), an anchor missing a
+group is skipped without search, and a depth-first search over groups
+checks isolation, summed capacity, the unsuffixed traits and each
+``same_subtree`` as soon as the groups involved are placed.  Candidates are
+produced lazily, so with a ``limit`` (and no randomisation) the work stops
+after ``limit`` candidates; ``max_allocation_candidates`` caps generation in
+the order the strategy gives (``depth-first``: one anchor after another;
+``breadth-first``: round-robin over anchors).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import gc
+import itertools
+import random
+from collections.abc import Iterable, Iterator, Sequence
+
+from allotment.domain.provider_tree import Provider, ProviderSnapshot
+from allotment.domain.request_groups import (
+    AllocationCandidatesRequest, RequestGroup)
+
+DEPTH_FIRST = "depth-first"
+BREADTH_FIRST = "breadth-first"
+STRATEGIES = (DEPTH_FIRST, BREADTH_FIRST)
+
+
+# ---------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AllocationRequest:
+    """One candidate, ready to be shaped into JSON.
+
+    ``allocations``: provider uuid -> {resource class: amount}, amounts of
+    several groups summed.  ``mappings``: group suffix (``''`` for the
+    unsuffixed group) -> uuids of the providers serving it (1.34+).
+    """
+
+    anchor_root_id: int
+    allocations: dict[str, dict[str, int]]
+    mappings: dict[str, list[str]]
+    #: Internal ids of the providers holding allocated resources.
+    provider_ids: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProviderSummary:
+    """A provider to list under ``provider_summaries``.
+
+    Resources come from ``provider.inventories`` (``capacity``, ``used``);
+    before 1.27 the API shows only requested classes.
+    """
+
+    provider: Provider
+    parent_provider_uuid: str | None
+    root_provider_uuid: str
+
+    @property
+    def uuid(self) -> str:
+        return self.provider.uuid
+
+
+@dataclasses.dataclass(slots=True)
+class AllocationCandidates:
+    allocation_requests: list[AllocationRequest]
+    provider_summaries: list[ProviderSummary]
+
+
+# ---------------------------------------------------------------------------
+# Public entry points
+# ---------------------------------------------------------------------------
+
+def find_allocation_candidates(
+        request: AllocationCandidatesRequest,
+        snapshot: ProviderSnapshot,
+        *,
+        max_candidates: int = -1,
+        strategy: str = DEPTH_FIRST,
+        randomize: bool = False,
+        rng: random.Random | None = None) -> AllocationCandidates:
+    """Answer ``GET /allocation_candidates``.
+
+    :param max_candidates: ``[placement] max_allocation_candidates``; -1 for
+        no cap.  Generation stops once this many distinct candidates exist
+        (as in Placement, 0 still lets the first one through).
+    :param strategy: ``[placement] allocation_candidates_generation_strategy``.
+    :param randomize: ``[placement] randomize_allocation_candidates``: pick
+        ``limit`` candidates at random (and shuffle) instead of the first.
+    """
+    stream: Iterator[AllocationRequest] = iter_allocation_requests(
+        request, snapshot, strategy=strategy)
+    if max_candidates >= 0:
+        stream = itertools.islice(stream, max(max_candidates, 1))
+    limit = request.limit
+    with _gc_paused():
+        if randomize:
+            rng = rng or random.Random()
+            chosen = (_reservoir_sample(stream, limit, rng) if limit
+                      else list(stream))
+            rng.shuffle(chosen)
+        else:
+            chosen = list(itertools.islice(stream, limit) if limit
+                          else stream)
+    return AllocationCandidates(
+        allocation_requests=chosen,
+        provider_summaries=summarize(chosen, snapshot, request.nested_aware))
+
+
+def iter_allocation_requests(
+        request: AllocationCandidatesRequest,
+        snapshot: ProviderSnapshot,
+        *,
+        strategy: str = DEPTH_FIRST) -> Iterator[AllocationRequest]:
+    """Lazily yield distinct candidates in the strategy's order."""
+    if strategy not in STRATEGIES:
+        raise ValueError("Strategy '%s' not recognized" % strategy)
+    plan = _Plan.build(request, snapshot)
+    if plan is None:
+        return iter(())
+    per_anchor = (plan.candidates_at(root) for root in plan.anchor_roots())
+    if strategy == DEPTH_FIRST:
+        stream = itertools.chain.from_iterable(per_anchor)
+    else:
+        stream = _round_robin(per_anchor)
+    return stream
+
+
+def summarize(allocation_requests: Sequence[AllocationRequest],
+              snapshot: ProviderSnapshot,
+              nested_aware: bool = True) -> list[ProviderSummary]:
+    """Providers whose summaries accompany these candidates.
+
+    From 1.29 every provider of every tree holding an allocated resource
+    (resourceless mappings alone do not pull a tree in); before, only the
+    providers holding allocated resources.
+    """
+    used = {pid for areq in allocation_requests for pid in areq.provider_ids}
+    if nested_aware:
+        roots = {snapshot.get(pid).root_id for pid in used}
+        pids = [pid for root in snapshot.root_ids if root in roots
+                for pid in snapshot.tree(root)]
+    else:
+        pids = [prov.id for prov in snapshot if prov.id in used]
+    return [_summary(snapshot.get(pid), snapshot) for pid in pids]
+
+
+def _summary(prov: Provider, snapshot: ProviderSnapshot) -> ProviderSummary:
+    return ProviderSummary(
+        provider=prov,
+        parent_provider_uuid=snapshot.uuid_of(prov.parent_id),
+        root_provider_uuid=snapshot.uuid_of(prov.root_id))
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while candidates pile up.
+
+    Each candidate is a handful of new containers and none forms a cycle,
+    yet with the collector on, large answers spend most of their time in
+    its repeated scans of the growing result list (measured: 60% of the
+    time for 300k candidates).  Reference counting still frees everything.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _reservoir_sample(stream: Iterable, size: int,
+                      rng: random.Random) -> list:
+    """Uniform sample of ``size`` items in one pass and O(size) memory."""
+    sample = []
+    for seen, item in enumerate(stream):
+        if seen < size:
+            sample.append(item)
+        else:
+            pick = rng.randint(0, seen)
+            if pick < size:
+                sample[pick] = item
+    return sample
+
+
+def _round_robin(iterables: Iterable[Iterable]) -> Iterator:
+    """One item from each iterable in turn until all are exhausted."""
+    active = collections.deque(iter(it) for it in iterables)
+    while active:
+        try:
+            item = next(active[0])
+        except StopIteration:
+            active.popleft()
+            continue
+        yield item
+        active.rotate(-1)
+
+
+# ---------------------------------------------------------------------------
+# The plan: request-wide preparation and per-anchor search
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(slots=True)
+class _Slot:
+    """One decision of the search: the provider for a suffixed group, or
+    for one resource class of the unsuffixed group."""
+
+    suffix: str
+    amounts: tuple[tuple[str, int], ...]
+    group: RequestGroup
+    #: Suffixed groups are single-provider and take part in isolation.
+    single: bool
+    #: Key shared by slots whose provider predicate is identical.
+    signature: tuple
+
+
+class _Plan:
+    """Everything about a request that does not depend on the anchor."""
+
+    def __init__(self, request: AllocationCandidatesRequest,
+                 snapshot: ProviderSnapshot,
+                 in_tree_roots: dict[str, int]):
+        self.request = request
+        self.snapshot = snapshot
+        self.in_tree_roots = in_tree_roots
+        self.isolate = request.isolate
+        self.nested_aware = request.nested_aware
+        self.slots: list[_Slot] = []
+        unsuffixed = request.group("")
+        if unsuffixed is not None:
+            for rc, amount in unsuffixed.resources.items():
+                self.slots.append(_Slot(
+                    "", ((rc, amount),), unsuffixed, False,
+                    ("multi", rc, amount)))
+        for grp in request.groups:
+            if grp.suffix:
+                self.slots.append(_Slot(
+                    grp.suffix, tuple(grp.resources.items()), grp, True,
+                    ("single", tuple(sorted(grp.resources.items())),
+                     grp.traits, grp.aggregates, grp.in_tree)))
+        # The unsuffixed traits are checked once its last class is placed.
+        self.unsuffixed = unsuffixed if unsuffixed is not None and \
+            unsuffixed.resources else None
+        self.last_unsuffixed = sum(1 for s in self.slots if not s.single) - 1
+        # same_subtree sets as slot indexes; each is re-checked whenever one
+        # of its slots is placed (see _Search._subtree_possible).
+        slot_of = {s.suffix: i for i, s in enumerate(self.slots) if s.single}
+        self.subtree_sets: list[tuple[int, ...]] = []
+        self.subtree_checks: dict[int, list[tuple[int, ...]]] = {}
+        for suffixes in request.same_subtrees:
+            idx = tuple(sorted(slot_of[s] for s in suffixes if s in slot_of))
+            if len(idx) > 1:
+                self.subtree_sets.append(idx)
+                for i in idx:
+                    self.subtree_checks.setdefault(i, []).append(idx)
+        self._single_ok_cache: dict[tuple, dict[int, bool]] = {}
+        self._seen: set = set()
+
+    @classmethod
+    def build(cls, request: AllocationCandidatesRequest,
+              snapshot: ProviderSnapshot) -> _Plan | None:
+        """A plan, or None when some ``in_tree`` provider is unknown (no
+        candidate can then exist)."""
+        roots = {}
+        for grp in request.groups:
+            if grp.in_tree:
+                prov = snapshot.by_uuid(grp.in_tree)
+                if prov is None:
+                    return None
+                roots[grp.in_tree] = prov.root_id
+        plan = cls(request, snapshot, roots)
+        if not plan.slots:
+            return None
+        return plan
+
+    # -- anchors -----------------------------------------------------------
+
+    def anchor_roots(self) -> Iterator[int]:
+        """Roots that may anchor a candidate, in snapshot order."""
+        root_traits = self.request.root_traits
+        unsuffixed_tree = (self.unsuffixed.in_tree
+                           if self.unsuffixed is not None else None)
+        if unsuffixed_tree:
+            roots: Iterable[int] = (self.in_tree_roots[unsuffixed_tree],)
+        else:
+            roots = self.snapshot.root_ids
+        for root in roots:
+            if root_traits and not root_traits.matches(
+                    self.snapshot.get(root).traits):
+                continue
+            yield root
+
+    # -- per-provider predicates ----------------------------------------------
+
+    def _single_ok(self, grp: RequestGroup, prov: Provider) -> bool:
+        """Can this provider alone serve the suffixed group?"""
+        inventories = prov.inventories
+        for rc, amount in grp.resources.items():
+            inv = inventories.get(rc)
+            if inv is None or not inv.fits(amount):
+                return False
+        if not grp.traits.matches(prov.traits):
+            return False
+        if grp.aggregates and not grp.aggregates.matches(prov.aggregates):
+            return False
+        if grp.in_tree and prov.root_id != self.in_tree_roots[grp.in_tree]:
+            return False
+        return True
+
+    def _single_ok_cached(self, slot: _Slot, pid: int) -> bool:
+        """:meth:`_single_ok` for providers seen under many anchors
+        (sharing providers)."""
+        cache = self._single_ok_cache.setdefault(slot.signature, {})
+        found = cache.get(pid)
+        if found is None:
+            found = self._single_ok(slot.group, self.snapshot.get(pid))
+            cache[pid] = found
+        return found
+
+    def _multi_base_ok(self, slot: _Slot, prov: Provider) -> bool:
+        """Capacity and forbidden traits for one unsuffixed class; the
+        aggregate rules depend on the anchor and are applied by the caller."""
+        (rc, amount), = slot.amounts
+        inv = prov.inventories.get(rc)
+        return (inv is not None and inv.fits(amount)
+                and not slot.group.traits.forbids_any(prov.traits))
+
+    # -- domains -------------------------------------------------------------
+
+    def _domains(self, root: int) -> list[list[int]] | None:
+        """Viable providers of every slot for this anchor, or None when
+        some slot has none.  Slots with identical requirements share one
+        list."""
+        snapshot = self.snapshot
+        sharing = snapshot.sharing_providers_by_anchor().get(root, ())
+        by_class = snapshot.tree_by_class(root)
+        memo: dict[tuple, list[int]] = {}
+        domains = []
+        for slot in self.slots:
+            domain = memo.get(slot.signature)
+            if domain is None:
+                if slot.single:
+                    domain = self._single_domain(slot, root, by_class,
+                                                 sharing)
+                else:
+                    domain = self._multi_domain(slot, root, by_class,
+                                                sharing)
+                memo[slot.signature] = domain
+            if not domain:
+                return None
+            domains.append(domain)
+        if self.unsuffixed is not None and self.unsuffixed.traits.required:
+            # Cheap test before searching: even all the providers the
+            # unsuffixed classes could use together lack a required trait.
+            available: set[str] = set()
+            for slot, domain in zip(self.slots, domains):
+                if not slot.single:
+                    for pid in domain:
+                        available.update(snapshot.get(pid).traits)
+            if not self.unsuffixed.traits.satisfied_by(available):
+                return None
+        return domains
+
+    def _single_domain(self, slot: _Slot, root: int,
+                       by_class: dict[str, list[int]],
+                       sharing: Sequence[int]) -> list[int]:
+        snapshot = self.snapshot
+        grp = slot.group
+        if slot.amounts:
+            # Only providers with inventory of the first class can qualify.
+            in_tree = by_class.get(slot.amounts[0][0], ())
+        else:
+            in_tree = snapshot.tree(root)
+        domain = [pid for pid in in_tree
+                  if self._single_ok(grp, snapshot.get(pid))]
+        domain += [pid for pid in sharing
+                   if self._single_ok_cached(slot, pid)]
+        return domain
+
+    def _multi_domain(self, slot: _Slot, root: int,
+                      by_class: dict[str, list[int]],
+                      sharing: Sequence[int]) -> list[int]:
+        grp = slot.group
+        if grp.in_tree and self.in_tree_roots[grp.in_tree] != root:
+            return []
+        snapshot = self.snapshot
+        aggs = grp.aggregates
+        root_aggs = snapshot.get(root).aggregates
+        if aggs.forbids_any(root_aggs):
+            return []
+        # An aggregate on the root spans its whole tree.
+        root_member = not aggs.required or aggs.satisfied_by(root_aggs)
+        domain = []
+        for pid in by_class.get(slot.amounts[0][0], ()):
+            prov = snapshot.get(pid)
+            if not self._multi_base_ok(slot, prov):
+                continue
+            if aggs and (aggs.forbids_any(prov.aggregates) or not (
+                    root_member or aggs.satisfied_by(prov.aggregates))):
+                continue
+            domain.append(pid)
+        if grp.in_tree:
+            return domain
+        for pid in sharing:
+            prov = snapshot.get(pid)
+            if not self._multi_base_ok(slot, prov):
+                continue
+            if aggs and not aggs.matches(prov.aggregates):
+                continue
+            domain.append(pid)
+        return domain
+
+    # -- search ----------------------------------------------------------------
+
+    def candidates_at(self, root: int) -> Iterator[AllocationRequest]:
+        """All candidates anchored at ``root``, lazily."""
+        domains = self._domains(root)
+        if domains is None:
+            return
+        yield from _Search(self, root, domains).run()
+
+    def is_repeat(self, picked: Sequence[int],
+                  allocations: dict, mappings: dict) -> bool:
+        """True for a candidate already produced under another anchor.
+
+        Only a candidate made purely of sharing providers can be reached
+        from more than one anchor, so only those are remembered.
+        """
+        snapshot = self.snapshot
+        if not all(snapshot.get(pid).is_sharing for pid in picked):
+            return False
+        key = (frozenset((uuid, rc, amount)
+                         for uuid, res in allocations.items()
+                         for rc, amount in res.items()),
+               frozenset((suffix, frozenset(uuids))
+                         for suffix, uuids in mappings.items()))
+        if key in self._seen:
+            return True
+        self._seen.add(key)
+        return False
+
+
+class _Search:
+    """Depth-first assignment of providers to slots for one anchor."""
+
+    def __init__(self, plan: _Plan, root: int, domains: list[list[int]]):
+        self.plan = plan
+        self.root = root
+        self.domains = domains
+        self.slots = plan.slots
+        self.picked: list[int] = [0] * len(domains)
+        self.load: dict[tuple[int, str], int] = {}
+        self.isolated: set[int] = set()
+        self.limits: dict[tuple[int, str], int] = {}
+        # For slots in a same_subtree set: their providers, and every
+        # ancestor-or-self of those providers.
+        self.offered: dict[int, set[int]] = {}
+        self.reach: dict[int, set[int]] = {}
+        snapshot = plan.snapshot
+        for idx in plan.subtree_sets:
+            for i in idx:
+                if i not in self.offered:
+                    self.offered[i] = set(domains[i])
+                    reach: set[int] = set()
+                    for pid in domains[i]:
+                        reach.update(snapshot.ancestors(pid))
+                    self.reach[i] = reach
+
+    def _limit(self, pid: int, rc: str) -> int:
+        key = (pid, rc)
+        found = self.limits.get(key)
+        if found is None:
+            inv = self.plan.snapshot.get(pid).inventories[rc]
+            found = inv.combined_limit
+            self.limits[key] = found
+        return found
+
+    def run(self) -> Iterator[AllocationRequest]:
+        return self._place(0)
+
+    def _place(self, depth: int) -> Iterator[AllocationRequest]:
+        if depth == len(self.slots):
+            if self.plan.nested_aware or self._one_provider_per_tree():
+                areq = self._emit()
+                if areq is not None:
+                    yield areq
+            return
+        plan = self.plan
+        slot = self.slots[depth]
+        isolate = plan.isolate and slot.single
+        load = self.load
+        for pid in self.domains[depth]:
+            if isolate and pid in self.isolated:
+                continue
+            added = []
+            fits = True
+            for rc, amount in slot.amounts:
+                key = (pid, rc)
+                total = load.get(key, 0) + amount
+                if total > self._limit(pid, rc):
+                    fits = False
+                    break
+                load[key] = total
+                added.append((key, amount))
+            if fits:
+                self.picked[depth] = pid
+                if self._consistent(depth):
+                    if isolate:
+                        self.isolated.add(pid)
+                    yield from self._place(depth + 1)
+                    if isolate:
+                        self.isolated.discard(pid)
+            for key, amount in added:
+                remaining = load[key] - amount
+                if remaining:
+                    load[key] = remaining
+                else:
+                    del load[key]
+
+    def _consistent(self, depth: int) -> bool:
+        """Checks that become decidable once slot ``depth`` is placed."""
+        plan = self.plan
+        snapshot = plan.snapshot
+        if depth == plan.last_unsuffixed and plan.unsuffixed is not None \
+                and plan.unsuffixed.traits.required:
+            traits: set[str] = set()
+            for i in range(depth + 1):
+                traits.update(snapshot.get(self.picked[i]).traits)
+            if not plan.unsuffixed.traits.satisfied_by(traits):
+                return False
+        for idx in plan.subtree_checks.get(depth, ()):
+            if not self._subtree_possible(idx, depth):
+                return False
+        return True
+
+    def _subtree_possible(self, idx: tuple[int, ...], depth: int) -> bool:
+        """Can the same_subtree set ``idx`` still be met, given its slots
+        placed up to ``depth``?
+
+        The set is met when one member is an ancestor-or-self of all the
+        others, i.e. when the lowest common ancestor L of all members is a
+        member.  With only some placed (L being theirs):
+
+        * if L is not placed, a remaining slot must still be able to pick
+          an ancestor-or-self of L;
+        * if L is placed, either a remaining slot can pick a strict ancestor
+          of L (a new top), or L stays the top and every remaining slot
+          must be able to pick something at or below L.
+
+        Pruning here, not only once the set is complete, keeps doomed
+        branches from being enumerated.
+        """
+        snapshot = self.plan.snapshot
+        placed = [self.picked[i] for i in idx if i <= depth]
+        remaining = [i for i in idx if i > depth]
+        top = snapshot.lowest_common_ancestor(placed)
+        if top is None:
+            return False
+        lineage = snapshot.lineage(top)
+        if top not in placed:
+            return any(a in self.offered[i] for i in remaining
+                       for a in lineage)
+        if any(a in self.offered[i] for i in remaining for a in lineage[1:]):
+            return True
+        return all(top in self.reach[i] for i in remaining)
+
+    def _one_provider_per_tree(self) -> bool:
+        """Before 1.29: no two providers of one tree may hold resources."""
+        snapshot = self.plan.snapshot
+        owner: dict[int, int] = {}
+        for slot, pid in zip(self.slots, self.picked):
+            if not slot.amounts:
+                continue
+            root = snapshot.get(pid).root_id
+            if owner.setdefault(root, pid) != pid:
+                return False
+        return True
+
+    def _emit(self) -> AllocationRequest | None:
+        snapshot = self.plan.snapshot
+        allocations: dict[str, dict[str, int]] = {}
+        mappings: dict[str, list[str]] = {}
+        holders: dict[int, None] = {}
+        for slot, pid in zip(self.slots, self.picked):
+            uuid = snapshot.get(pid).uuid
+            if slot.amounts:
+                holders[pid] = None
+                resources = allocations.setdefault(uuid, {})
+                for rc, amount in slot.amounts:
+                    resources[rc] = resources.get(rc, 0) + amount
+            serving = mappings.setdefault(slot.suffix, [])
+            if uuid not in serving:
+                serving.append(uuid)
+        if self.plan.is_repeat(self.picked, allocations, mappings):
+            return None
+        return AllocationRequest(
+            anchor_root_id=self.root,
+            allocations=allocations,
+            mappings=mappings,
+            provider_ids=tuple(holders))

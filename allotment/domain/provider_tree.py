@@ -1,0 +1,280 @@
+"""An in-memory snapshot of provider trees, the solver's only input data.
+
+The database layer answers ``GET /allocation_candidates`` with a few
+set-based queries and hands the rows over as a :class:`ProviderSnapshot`;
+everything after that (which provider can serve which group, sharing,
+capacity sums, trees and subtrees) is decided here in plain Python, so the
+rules are unit-tested without a database.
+
+What the snapshot must contain for exact answers (over-inclusion is
+harmless, only slower):
+
+* every tree, *complete*, that holds a provider with inventory of a
+  requested resource class (summaries list whole trees, and
+  ``same_subtree`` needs the ancestry);
+* every provider carrying ``MISC_SHARES_VIA_AGGREGATE`` that has inventory
+  of a requested class or could satisfy a resourceless group, with its
+  tree, and every tree that has a provider in one of that sharing
+  provider's aggregates (those trees are the ones it can be "anchored" to);
+* the tree of each provider named by ``in_tree``/``in_treeN``.
+
+Providers are kept in the order given; that order (roots, and providers
+within a tree) is the order the solver explores and reports them, so the
+database layer should give a stable order (e.g. by internal id).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Iterator, Mapping
+
+from allotment.domain import capacity as cap
+
+#: The trait that lets a provider's inventory be used by other trees that
+#: share one of its aggregates.
+SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
+
+
+@dataclasses.dataclass(slots=True)
+class ProviderInventory:
+    """One inventory record plus the units currently allocated from it.
+
+    ``capacity`` and ``free`` are derived once at construction (the solver
+    asks for them many times); treat instances as immutable.
+    """
+
+    total: int
+    reserved: int = 0
+    min_unit: int = 1
+    max_unit: int = cap.MAX_INT
+    step_size: int = 1
+    allocation_ratio: float = 1.0
+    used: int = 0
+    capacity: int = dataclasses.field(init=False, repr=False, compare=False)
+    free: int = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.capacity = cap.inventory_capacity(self)
+        self.free = self.capacity - self.used
+
+    def fits(self, amount: int) -> bool:
+        """Could one more allocation of ``amount`` be made right now?
+
+        Same verdict as :func:`allotment.domain.capacity.amount_fits`,
+        inlined because the solver calls it for every candidate provider.
+        """
+        return (self.min_unit <= amount <= self.max_unit
+                and not amount % self.step_size and amount <= self.free)
+
+    @property
+    def combined_limit(self) -> int:
+        """Largest sum one candidate may place here (capacity, max_unit)."""
+        return min(self.free, self.max_unit)
+
+
+@dataclasses.dataclass(slots=True)
+class Provider:
+    """A resource provider as the solver sees it.
+
+    ``root_id`` equals ``id`` for a root (and defaults to it).
+    ``traits`` and ``aggregates`` are collections of names/uuids; a set is
+    fastest, but pass traits as a tuple in display order if the summaries
+    should list them in that order (Placement lists them as stored).
+    ``inventories`` maps resource class names to records with current
+    usage.  Treat instances
+    as immutable once in a snapshot; they are plain (not frozen) only so
+    the database layer can build tens of thousands of them cheaply.
+    """
+
+    id: int
+    uuid: str
+    parent_id: int | None = None
+    root_id: int | None = None
+    generation: int = 0
+    traits: Collection[str] = frozenset()
+    aggregates: Collection[str] = frozenset()
+    inventories: Mapping[str, ProviderInventory] = dataclasses.field(
+        default_factory=dict)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.root_id is None:
+            if self.parent_id is not None:
+                raise ValueError(
+                    f"provider {self.id} has a parent but no root_id")
+            self.root_id = self.id
+
+    @property
+    def is_sharing(self) -> bool:
+        return SHARING_TRAIT in self.traits
+
+
+class ProviderSnapshot:
+    """Providers grouped into trees, with the lookups the solver needs.
+
+    Derived indexes (ancestry, which trees a sharing provider reaches) are
+    built lazily and cached: a snapshot serves one request and most
+    requests touch only a few trees when a ``limit`` is given.
+    """
+
+    def __init__(self, providers: Iterable[Provider]):
+        self._by_id: dict[int, Provider] = {}
+        self._by_uuid: dict[str, Provider] = {}
+        self._trees: dict[int, list[int]] = {}
+        for prov in providers:
+            if prov.id in self._by_id:
+                raise ValueError(f"duplicate provider id {prov.id}")
+            self._by_id[prov.id] = prov
+            self._by_uuid[prov.uuid] = prov
+            self._trees.setdefault(prov.root_id, []).append(prov.id)
+        for prov in self._by_id.values():
+            if prov.root_id not in self._by_id:
+                raise ValueError(
+                    f"provider {prov.id}: root {prov.root_id} missing from "
+                    "snapshot (trees must be complete)")
+            if prov.parent_id is not None and prov.parent_id not in self._by_id:
+                raise ValueError(
+                    f"provider {prov.id}: parent {prov.parent_id} missing "
+                    "from snapshot (trees must be complete)")
+        # Roots in the order their first provider was given.
+        self.root_ids: tuple[int, ...] = tuple(self._trees)
+        self._ancestors: dict[int, frozenset[int]] = {}
+        self._lineage: dict[int, tuple[int, ...]] = {}
+        self._agg_roots: dict[str, tuple[int, ...]] | None = None
+        self._anchor_cache: dict[int, tuple[int, ...]] = {}
+        self._sharing_by_root: dict[int, tuple[int, ...]] | None = None
+        self._classes: dict[int, dict[str, list[int]]] = {}
+
+    # -- plain lookups -------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Provider]:
+        return iter(self._by_id.values())
+
+    def __contains__(self, provider_id: object) -> bool:
+        return provider_id in self._by_id
+
+    def get(self, provider_id: int) -> Provider:
+        return self._by_id[provider_id]
+
+    def by_uuid(self, uuid: str) -> Provider | None:
+        return self._by_uuid.get(uuid)
+
+    def tree(self, root_id: int) -> list[int]:
+        """Ids of the providers in the tree rooted at ``root_id``."""
+        return self._trees.get(root_id, [])
+
+    def tree_by_class(self, root_id: int) -> dict[str, list[int]]:
+        """Providers of a tree that have inventory, by resource class."""
+        found = self._classes.get(root_id)
+        if found is None:
+            found = {}
+            for pid in self._trees.get(root_id, ()):
+                for rc in self._by_id[pid].inventories:
+                    found.setdefault(rc, []).append(pid)
+            self._classes[root_id] = found
+        return found
+
+    def uuid_of(self, provider_id: int | None) -> str | None:
+        if provider_id is None:
+            return None
+        return self._by_id[provider_id].uuid
+
+    # -- ancestry --------------------------------------------------------
+
+    def ancestors(self, provider_id: int) -> frozenset[int]:
+        """The provider itself and every provider above it."""
+        found = self._ancestors.get(provider_id)
+        if found is None:
+            found = frozenset(self.lineage(provider_id))
+            self._ancestors[provider_id] = found
+        return found
+
+    def lineage(self, provider_id: int) -> tuple[int, ...]:
+        """The provider, its parent, ... up to its root, in that order."""
+        found = self._lineage.get(provider_id)
+        if found is None:
+            chain = []
+            pid: int | None = provider_id
+            while pid is not None:
+                chain.append(pid)
+                pid = self._by_id[pid].parent_id
+            found = tuple(chain)
+            self._lineage[provider_id] = found
+        return found
+
+    def lowest_common_ancestor(self, provider_ids: Iterable[int]
+                               ) -> int | None:
+        """The deepest provider that is an ancestor-or-self of all the
+        given ones; None when they are in different trees."""
+        ids = iter(provider_ids)
+        first = next(ids, None)
+        if first is None:
+            return None
+        chain = self.lineage(first)
+        for pid in ids:
+            above = self.ancestors(pid)
+            chain = tuple(a for a in chain if a in above)
+            if not chain:
+                return None
+        return chain[0]
+
+    def in_same_subtree(self, provider_ids: Iterable[int]) -> bool:
+        """True when one of the providers is an ancestor (or is itself) of
+        every other one: they all hang below a member of the set."""
+        members = set(provider_ids)
+        if len(members) <= 1:
+            return True
+        common = None
+        for pid in members:
+            anc = self.ancestors(pid)
+            common = anc if common is None else common & anc
+            if not common:
+                return False
+        return bool(common & members)
+
+    # -- sharing ---------------------------------------------------------
+
+    def _aggregate_roots(self) -> dict[str, tuple[int, ...]]:
+        if self._agg_roots is None:
+            index: dict[str, dict[int, None]] = {}
+            for prov in self._by_id.values():
+                for agg in prov.aggregates:
+                    index.setdefault(agg, {})[prov.root_id] = None
+            self._agg_roots = {agg: tuple(roots)
+                               for agg, roots in index.items()}
+        return self._agg_roots
+
+    def sharing_anchors(self, provider_id: int) -> tuple[int, ...]:
+        """Roots of the trees whose providers share an aggregate with this
+        provider (its own tree included when it is in an aggregate).
+
+        Only meaningful for sharing providers; the solver adds the
+        provider's own root separately.
+        """
+        found = self._anchor_cache.get(provider_id)
+        if found is None:
+            agg_roots = self._aggregate_roots()
+            roots: dict[int, None] = {}
+            for agg in sorted(self._by_id[provider_id].aggregates):
+                for root in agg_roots.get(agg, ()):
+                    roots[root] = None
+            found = tuple(roots)
+            self._anchor_cache[provider_id] = found
+        return found
+
+    def sharing_providers_by_anchor(self) -> dict[int, tuple[int, ...]]:
+        """For each root, the sharing providers *outside* its tree that can
+        lend it inventory."""
+        if self._sharing_by_root is None:
+            index: dict[int, list[int]] = {}
+            for prov in self._by_id.values():
+                if not prov.is_sharing:
+                    continue
+                for root in self.sharing_anchors(prov.id):
+                    if root != prov.root_id:
+                        index.setdefault(root, []).append(prov.id)
+            self._sharing_by_root = {r: tuple(p) for r, p in index.items()}
+        return self._sharing_by_root
