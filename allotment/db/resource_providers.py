@@ -1,0 +1,359 @@
+"""Resource provider rows: read, filter, create, rename, re-parent, delete.
+
+Every provider row carries its parent and its root, so "the tree of X" is
+one indexed lookup and a filtered list is one query however many filters
+are combined (each filter is a semi-join on its association table).
+
+Structural writes and how they stay correct under concurrency
+--------------------------------------------------------------
+Creating a child, or moving a provider to another parent, depends on the
+shape of one or two whole trees (the new parent's root, the loop check on
+the moved subtree, the roots to rewrite below it).  Such a write
+
+1. *plans* in a read transaction: which trees it will touch (their roots);
+2. in the write transaction, *first* takes the write lock of those root
+   rows with an UPDATE that changes nothing (no SELECT ... FOR UPDATE:
+   it is an ordinary write, so it works alike on every backend), and only
+   then reads.  Two structural writes on one tree therefore run one after
+   the other, and the second reads what the first committed (PostgreSQL
+   reads per statement; MySQL/MariaDB take their snapshot at the first
+   plain read, which comes after the lock; SQLite has one writer);
+3. checks the trees are still the ones it locked; if a concurrent move
+   changed a root, it plans again (``TreeMoved``, bounded).
+
+Deleting a provider swaps its generation first, which orders it after (or
+before) any allocation or inventory writer of that provider; the foreign
+keys on parent and root turn a child created meanwhile into a refusal.
+
+Re-parenting does not change the provider's generation: Placement keeps
+it, and clients pass generations they read before a re-parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from allotment.db import tables
+from allotment.db.engine import Database, utcnow
+from allotment.db.inventories import resource_class_ids
+from allotment.db.traits import list_traits
+from allotment.domain import resource_providers as domain
+from allotment.domain.errors import (
+    PROVIDER_CANNOT_DELETE_PARENT,
+    PROVIDER_IN_USE,
+    BadRequest,
+    ConcurrentUpdate,
+    Conflict,
+    NotFound,
+)
+from allotment.domain.request_groups import AggregateExpression, TraitExpression
+from allotment.domain.resource_providers import ProviderFilters, ProviderRecord
+
+T = TypeVar("T")
+
+RP = tables.resource_providers
+PARENT = RP.alias("parent")
+ROOT = RP.alias("root")
+INV = tables.inventories
+ALLOC = tables.allocations
+AGG = tables.placement_aggregates
+RP_AGG = tables.resource_provider_aggregates
+RP_TRAITS = tables.resource_provider_traits
+
+# How often a structural write plans again after a concurrent move, and
+# re-runs after losing an insert race on a unique name or uuid.
+TREE_RETRIES = 10
+INSERT_RETRIES = 3
+
+
+class TreeMoved(Exception):
+    """A tree this write planned on changed before its lock: plan again."""
+
+
+class InsertRace(Exception):
+    """A concurrent writer took the uuid or name first: re-run to say which."""
+
+
+class UnknownTraits(BadRequest):
+    """Some traits named in a filter do not exist."""
+
+
+_COLUMNS = (
+    RP.c.id, RP.c.uuid, RP.c.name, RP.c.generation,
+    RP.c.parent_provider_id, PARENT.c.uuid,
+    sa.func.coalesce(RP.c.root_provider_id, RP.c.id), sa.func.coalesce(ROOT.c.uuid, RP.c.uuid),
+    RP.c.created_at, RP.c.updated_at,
+)
+_JOINED = RP.outerjoin(PARENT, PARENT.c.id == RP.c.parent_provider_id) \
+            .outerjoin(ROOT, ROOT.c.id == RP.c.root_provider_id)
+
+
+def _select() -> sa.Select:
+    return sa.select(*_COLUMNS).select_from(_JOINED)
+
+
+# -- reading ---------------------------------------------------------------------
+
+def get_by_uuid(conn: Connection, uuid: str) -> ProviderRecord | None:
+    row = conn.execute(_select().where(RP.c.uuid == uuid)).first()
+    return ProviderRecord(*row) if row else None
+
+
+def get(conn: Connection, uuid: str) -> ProviderRecord:
+    """The provider; 404 ``No resource provider with uuid ... found`` when there is none."""
+    provider = get_by_uuid(conn, uuid)
+    if provider is None:
+        raise domain.not_found(uuid)
+    return provider
+
+
+def list_providers(conn: Connection, filters: ProviderFilters) -> list[ProviderRecord]:
+    """Providers matching every filter, in creation order (one query after name lookups).
+
+    Raises ``ResourceClassNotFound`` or ``UnknownTraits`` for names that do
+    not exist.
+    """
+    class_ids = resource_class_ids(conn, filters.resources)
+    query = _select().order_by(RP.c.id)
+    if filters.name is not None:
+        query = query.where(RP.c.name == filters.name)
+    if filters.uuid is not None:
+        query = query.where(RP.c.uuid == filters.uuid)
+    if filters.in_tree is not None:
+        root = sa.select(RP.c.root_provider_id).where(RP.c.uuid == filters.in_tree).scalar_subquery()
+        query = query.where(RP.c.root_provider_id == root)
+    for name, amount in filters.resources.items():
+        query = query.where(RP.c.id.in_(_providers_fitting(class_ids[name], amount)))
+    if filters.traits:
+        query = query.where(*_trait_conditions(conn, filters.traits))
+    if filters.aggregates:
+        query = query.where(*_aggregate_conditions(filters.aggregates))
+    return [ProviderRecord(*row) for row in conn.execute(query)]
+
+
+def _providers_fitting(class_id: int, amount: int) -> sa.Select:
+    """Providers where one more allocation of ``amount`` of the class fits now.
+
+    The capacity rule of :mod:`allotment.domain.capacity`, in SQL:
+    ``used + amount <= (total - reserved) * allocation_ratio`` and the unit
+    rules ``min_unit <= amount <= max_unit``, ``amount % step_size == 0``.
+    """
+    usage = (sa.select(ALLOC.c.resource_provider_id, sa.func.sum(ALLOC.c.used).label("used"))
+             .where(ALLOC.c.resource_class_id == class_id)
+             .group_by(ALLOC.c.resource_provider_id).subquery("usage"))
+    requested = sa.literal(amount, sa.Integer)
+    return (sa.select(INV.c.resource_provider_id)
+            .select_from(INV.outerjoin(usage, usage.c.resource_provider_id == INV.c.resource_provider_id))
+            .where(INV.c.resource_class_id == class_id,
+                   sa.func.coalesce(usage.c.used, 0) + requested
+                   <= (INV.c.total - INV.c.reserved) * INV.c.allocation_ratio,
+                   INV.c.min_unit <= requested,
+                   INV.c.max_unit >= requested,
+                   requested % INV.c.step_size == 0))
+
+
+def _trait_conditions(conn: Connection, traits: TraitExpression) -> list[sa.ColumnElement[bool]]:
+    names = traits.names()
+    ids = {trait.name: trait.id for trait in list_traits(conn, names=sorted(names))}
+    missing = sorted(names - ids.keys())
+    if missing:
+        raise UnknownTraits(f"No such trait(s): {', '.join(missing)}.")
+
+    def having_any(any_of: Iterable[str]) -> sa.Select:
+        return sa.select(RP_TRAITS.c.resource_provider_id).where(
+            RP_TRAITS.c.trait_id.in_(sorted(ids[name] for name in any_of)))
+
+    conditions = [RP.c.id.in_(having_any(any_of)) for any_of in traits.required]
+    if traits.forbidden:
+        conditions.append(RP.c.id.not_in(having_any(traits.forbidden)))
+    return conditions
+
+
+def _members_of_any(aggregate_uuids: Iterable[str]) -> sa.Select:
+    return (sa.select(RP_AGG.c.resource_provider_id)
+            .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
+            .where(AGG.c.uuid.in_(sorted(aggregate_uuids))))
+
+
+def _aggregate_conditions(aggregates: AggregateExpression) -> list[sa.ColumnElement[bool]]:
+    conditions = [RP.c.id.in_(_members_of_any(any_of)) for any_of in aggregates.required]
+    if aggregates.forbidden:
+        conditions.append(RP.c.id.not_in(_members_of_any(aggregates.forbidden)))
+    return conditions
+
+
+def _tree_links(conn: Connection, root_id: int) -> list[tuple[int, int | None]]:
+    """(id, parent id) of every provider in one tree."""
+    rows = conn.execute(sa.select(RP.c.id, RP.c.parent_provider_id).where(RP.c.root_provider_id == root_id))
+    return [tuple(row) for row in rows]
+
+
+# -- structural writes ---------------------------------------------------------------
+
+def _lock_trees(conn: Connection, root_ids: Iterable[int]) -> None:
+    """Take the write lock of these root rows without changing them (see module doc)."""
+    conn.execute(sa.update(RP).where(RP.c.id.in_(sorted(set(root_ids))))
+                 .values(root_provider_id=RP.c.root_provider_id))
+
+
+def _planned_write(db: Database, plan: Callable[[Connection], set[int]],
+                   apply: Callable[[Connection, set[int]], T]) -> T:
+    """Plan (which roots), then lock those roots and apply; plan again if they moved."""
+    for _ in range(TREE_RETRIES):
+        with db.read() as conn:
+            roots = plan(conn)
+
+        def work(conn: Connection) -> T:
+            if roots:
+                _lock_trees(conn, roots)
+            return apply(conn, roots)
+
+        try:
+            return db.run_write(work, retry_on=(InsertRace,), retries=INSERT_RETRIES)
+        except TreeMoved:
+            continue
+    raise ConcurrentUpdate("Another process kept changing the provider tree. Please retry your update")
+
+
+def _check_unique(conn: Connection, uuid: str, name: str) -> None:
+    taken = conn.execute(sa.select(RP.c.uuid, RP.c.name).where(sa.or_(RP.c.uuid == uuid, RP.c.name == name)))
+    rows = list(taken)
+    if rows:
+        raise domain.create_conflict(uuid, name, uuid_taken=any(row.uuid == uuid for row in rows),
+                                     name_taken=any(row.name == name for row in rows))
+
+
+def _locked_parent(conn: Connection, parent_uuid: str, roots: set[int], action: str) -> ProviderRecord:
+    """The parent, read after the lock; its tree must be one we locked."""
+    parent = get_by_uuid(conn, parent_uuid)
+    if parent is None:
+        raise domain.TreeRuleViolation(action, domain.PARENT_MISSING)
+    if parent.root_id not in roots:
+        raise TreeMoved()
+    return parent
+
+
+def create(db: Database, uuid: str, name: str, parent_uuid: str | None = None) -> ProviderRecord:
+    """Create a root provider, or a child of ``parent_uuid``.
+
+    Raises ``TreeRuleViolation`` (self-parent, missing parent) and
+    ``DuplicateName`` (uuid or name taken).
+    """
+    domain.check_new_provider_parent(uuid, parent_uuid)
+
+    def plan(conn: Connection) -> set[int]:
+        if parent_uuid is None:
+            return set()
+        parent = get_by_uuid(conn, parent_uuid)
+        if parent is None:
+            raise domain.TreeRuleViolation("create", domain.PARENT_MISSING)
+        return {parent.root_id}
+
+    def apply(conn: Connection, roots: set[int]) -> ProviderRecord:
+        parent = _locked_parent(conn, parent_uuid, roots, "create") if parent_uuid else None
+        _check_unique(conn, uuid, name)
+        try:
+            new_id = conn.execute(sa.insert(RP).values(
+                uuid=uuid, name=name, generation=0, created_at=utcnow(),
+                parent_provider_id=parent.id if parent else None,
+                root_provider_id=parent.root_id if parent else None,
+            )).inserted_primary_key[0]
+        except sa.exc.IntegrityError:
+            raise InsertRace() from None
+        if parent is None:
+            conn.execute(sa.update(RP).where(RP.c.id == new_id).values(root_provider_id=new_id))
+        return get(conn, uuid)
+
+    return _planned_write(db, plan, apply)
+
+
+def rename(conn: Connection, uuid: str, name: str) -> ProviderRecord:
+    """Give the provider a new name (its generation stays, as in Placement)."""
+    provider = get(conn, uuid)
+    _update_row(conn, provider, name, None)
+    return get(conn, uuid)
+
+
+def _update_row(conn: Connection, provider: ProviderRecord, name: str,
+                placement: domain.Placement | None) -> None:
+    if name != provider.name:
+        clash = conn.execute(sa.select(RP.c.id).where(RP.c.name == name, RP.c.id != provider.id)).first()
+        if clash is not None:
+            raise domain.rename_conflict(name)
+    values: dict = {"name": name, "updated_at": utcnow()}
+    if placement is not None:
+        values.update(parent_provider_id=placement.parent_id, root_provider_id=placement.root_id)
+    try:
+        conn.execute(sa.update(RP).where(RP.c.id == provider.id).values(**values))
+    except sa.exc.IntegrityError:
+        raise InsertRace() from None
+
+
+def update(db: Database, uuid: str, name: str, parent_uuid: str | None, *,
+           allow_reparenting: bool) -> ProviderRecord:
+    """Rename the provider and set its parent (``None``: make it a root).
+
+    Before 1.37 (``allow_reparenting`` False) only a root may be given a
+    parent.  Moving a provider moves its whole subtree to the new root.
+    """
+
+    def plan(conn: Connection) -> set[int]:
+        provider = get(conn, uuid)
+        roots = {provider.root_id}
+        if parent_uuid is not None:
+            parent = get_by_uuid(conn, parent_uuid)
+            if parent is None:
+                raise domain.TreeRuleViolation("create", domain.PARENT_MISSING)
+            roots.add(parent.root_id)
+        return roots
+
+    def apply(conn: Connection, roots: set[int]) -> ProviderRecord:
+        provider = get(conn, uuid)
+        if provider.root_id not in roots:
+            raise TreeMoved()
+        parent = _locked_parent(conn, parent_uuid, roots, "create") if parent_uuid else None
+        subtree = domain.descendants(_tree_links(conn, provider.root_id), provider.id)
+        placement = domain.new_placement(provider, parent, subtree, allow_reparenting=allow_reparenting)
+        _update_row(conn, provider, name, placement)
+        below = subtree - {provider.id}
+        if placement is not None and placement.root_id != provider.root_id and below:
+            conn.execute(sa.update(RP).where(RP.c.id.in_(sorted(below)))
+                         .values(root_provider_id=placement.root_id))
+        return get(conn, uuid)
+
+    return _planned_write(db, plan, apply)
+
+
+def delete(conn: Connection, uuid: str) -> None:
+    """Delete a provider with its inventories, traits and aggregate links.
+
+    Refused (409) while it has children or allocations.
+    """
+    # First statement: the provider's write lock (and the end of any
+    # writer that read its generation before); no row means no provider.
+    locked = conn.execute(sa.update(RP).where(RP.c.uuid == uuid)
+                          .values(generation=RP.c.generation + 1, root_provider_id=None))
+    if locked.rowcount != 1:
+        raise NotFound(f"No resource provider with uuid {uuid} found for delete")
+    provider_id = conn.execute(sa.select(RP.c.id).where(RP.c.uuid == uuid)).scalar_one()
+    if conn.execute(sa.select(RP.c.id).where(RP.c.parent_provider_id == provider_id).limit(1)).first():
+        raise _cannot_delete_parent(uuid)
+    if conn.execute(sa.select(ALLOC.c.id).where(ALLOC.c.resource_provider_id == provider_id).limit(1)).first():
+        raise Conflict(f"Unable to delete resource provider {uuid}: Resource provider has allocations.",
+                       code=PROVIDER_IN_USE)
+    for table in (INV, RP_AGG, RP_TRAITS):
+        conn.execute(sa.delete(table).where(table.c.resource_provider_id == provider_id))
+    try:
+        conn.execute(sa.delete(RP).where(RP.c.id == provider_id))
+    except sa.exc.IntegrityError:
+        # A child appeared after our check (its insert waited on no lock of ours).
+        raise _cannot_delete_parent(uuid) from None
+
+
+def _cannot_delete_parent(uuid: str) -> Conflict:
+    return Conflict(f"Unable to delete parent resource provider {uuid}: It has child resource providers.",
+                    code=PROVIDER_CANNOT_DELETE_PARENT)
