@@ -1,0 +1,141 @@
+"""POST /reshaper (1.30): move inventories and allocations in one transaction.
+
+The body pairs two payloads clients already know: under ``inventories``,
+for each provider, exactly the body of ``PUT
+/resource_providers/{uuid}/inventories``; under ``allocations``, exactly
+the body of ``POST /allocations`` at the same microversion (consumer
+generations required; ``mappings`` accepted from 1.34; ``consumer_type``
+required from 1.38), except that it may be empty.
+
+The statuses tell a client what to do next, so they are Placement's:
+
+* 409 ``placement.concurrent_update``: a provider or consumer changed since
+  the client read it (re-read, recompute, retry);
+* 409 ``placement.inventory.inuse``: the final state leaves allocations on
+  inventory that no longer exists;
+* 409 (``Unable to allocate inventory``): an allocation does not fit its
+  new inventory;
+* 400 ``placement.resource_provider.not_found``: a provider does not exist;
+* 400 for anything malformed, including unknown resource classes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import webob
+
+from allotment.api import allocations as allocations_api
+from allotment.api import inventories as inventories_api
+from allotment.api.errors import HTTPError
+from allotment.api.http import Request, json_body, no_content
+from allotment.db import allocations as allocations_db
+from allotment.db import reshaper as db
+from allotment.domain import errors as domain
+from allotment.domain.inventories import Inventory, InvalidInventoryCapacity, check_capacity
+
+# -- JSON schemas ---------------------------------------------------------
+
+
+def _schema(post_allocations: dict) -> dict:
+    """The reshaper body around one version of the POST /allocations schema."""
+    allocations = copy.deepcopy(post_allocations)
+    # Nothing may be left to allocate (an inventory moves, its consumers are gone).
+    allocations["minProperties"] = 0
+    return {
+        "type": "object",
+        "properties": {
+            "inventories": {
+                "type": "object",
+                "patternProperties": {
+                    allocations_api.UUID_PATTERN: inventories_api.PUT_INVENTORIES_SCHEMA,
+                },
+                # Without an inventory there is nothing to reshape.
+                "minProperties": 1,
+                "additionalProperties": False,
+            },
+            "allocations": allocations,
+        },
+        "required": ["inventories", "allocations"],
+        "additionalProperties": False,
+    }
+
+
+RESHAPER_SCHEMA_V1_30 = _schema(allocations_api.POST_SCHEMA_V1_28)
+RESHAPER_SCHEMA_V1_34 = _schema(allocations_api.POST_SCHEMA_V1_34)
+RESHAPER_SCHEMA_V1_38 = _schema(allocations_api.POST_SCHEMA_V1_38)
+
+# (since, schema): the newest whose version the request meets applies.
+SCHEMAS = [((1, 38), RESHAPER_SCHEMA_V1_38), ((1, 34), RESHAPER_SCHEMA_V1_34),
+           ((1, 30), RESHAPER_SCHEMA_V1_30)]
+
+
+# -- request → domain -----------------------------------------------------
+
+
+def _inventories(data: dict) -> list[db.ProviderInventories]:
+    """The providers' new inventories; records that leave no capacity are refused.
+
+    Every reshape is at 1.26 or later, where reserved may equal total.
+    """
+    result = []
+    for uuid, entry in data.items():
+        records = {name: Inventory.from_fields(name, fields)
+                   for name, fields in entry["inventories"].items()}
+        check_capacity(records.values(), uuid, reserved_may_equal_total=True)
+        result.append(db.ProviderInventories(uuid, entry["resource_provider_generation"], records))
+    return result
+
+
+def _allocations(req: Request, data: dict) -> list[allocations_db.ConsumerAllocations]:
+    """The consumers' new allocations, read exactly as POST /allocations reads them."""
+    requests: dict[str, allocations_db.ConsumerAllocations] = {}
+    for key, entry in data.items():
+        consumer = allocations_api._consumer_uuid(key)
+        if consumer in requests:
+            raise HTTPError(400, f"Allocations for consumer '{key}' are given more than once.")
+        requests[consumer] = allocations_api._request(req, consumer, entry)
+    return list(requests.values())
+
+
+# -- handler --------------------------------------------------------------
+
+
+def reshape(req: Request) -> webob.Response:
+    """POST /reshaper: 204, or the error that says whether to re-read first."""
+    data = json_body(req, next(schema for since, schema in SCHEMAS if req.version >= since))
+    try:
+        inventories = _inventories(data["inventories"])
+    except InvalidInventoryCapacity as error:
+        raise _unable_to_allocate(error) from None
+    allocations = _allocations(req, data["allocations"])
+    owner = allocations_api._incomplete_owner(req)
+
+    def work(conn) -> None:
+        db.reshape(conn, inventories, allocations, incomplete_owner=owner)
+
+    try:
+        # Only conflicts of our own making are re-run: every generation the
+        # client gave is checked again by the re-run.
+        req.app.db.run_write(work, retry_on=allocations_db.RETRY_ON,
+                             retries=req.app.conf.placement.allocation_conflict_retry_count)
+    except db.ProviderNotFound as error:
+        raise HTTPError(400, f"Resource provider {error.uuid} in inventories not found: {error.message}",
+                        code=domain.RESOURCE_PROVIDER_NOT_FOUND) from None
+    except allocations_db.ProviderNotFound as error:
+        raise HTTPError(400, error.message, code=domain.RESOURCE_PROVIDER_NOT_FOUND) from None
+    except (db.ProviderGenerationMismatch, allocations_db.ConsumerGenerationConflict):
+        raise
+    except domain.ConcurrentUpdate as error:
+        raise HTTPError(409, f"update conflict: {error.message}", code=domain.CONCURRENT_UPDATE) from None
+    except domain.InventoryInUse as error:
+        raise HTTPError(409, f"update conflict: {error.message}", code=domain.INVENTORY_INUSE) from None
+    except allocations_db.InvalidInventory as error:
+        raise _unable_to_allocate(error) from None
+    except (allocations_db.ResourceClassNotFound, domain.NotFound) as error:
+        raise HTTPError(400, f"malformed reshaper data: {error.message}") from None
+    return no_content(req)
+
+
+def _unable_to_allocate(error: domain.PlacementError) -> HTTPError:
+    return HTTPError(409, f"Unable to allocate inventory: {error.message}")
