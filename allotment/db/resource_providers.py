@@ -124,8 +124,11 @@ def list_providers(conn: Connection, filters: ProviderFilters) -> list[ProviderR
     if filters.uuid is not None:
         query = query.where(RP.c.uuid == filters.uuid)
     if filters.in_tree is not None:
-        root = sa.select(RP.c.root_provider_id).where(RP.c.uuid == filters.in_tree).scalar_subquery()
-        query = query.where(RP.c.root_provider_id == root)
+        root = (sa.select(sa.func.coalesce(RP.c.root_provider_id, RP.c.id))
+                .where(RP.c.uuid == filters.in_tree).scalar_subquery())
+        # A row written without its root (by hand, or by an old writer) is its own root.
+        query = query.where(sa.or_(RP.c.root_provider_id == root,
+                                   sa.and_(RP.c.root_provider_id.is_(None), RP.c.id == root)))
     for name, amount in filters.resources.items():
         query = query.where(RP.c.id.in_(_providers_fitting(class_ids[name], amount)))
     if filters.traits:
