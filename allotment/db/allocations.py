@@ -63,7 +63,7 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
@@ -205,20 +205,27 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     (project, user) recorded for requests without one.  Raises the errors
     above; the caller's transaction must roll back on any of them.
     """
-    uuids = [r.consumer_uuid for r in requests]
-    existing = consumers.get_many(conn, uuids)
-    old_rows = _rows_of_consumers(conn, uuids)
+    existing, old_rows = _read_consumers(conn, [r.consumer_uuid for r in requests])
     emptied = {r.consumer_uuid for r in requests if not r.resources}
     # Placement bumps the providers a consumer is emptied from, not those
     # it merely moves away from.
-    release_ids = {row.resource_provider_id for row in old_rows if row.consumer_id in emptied}
+    release_ids = {row.provider_id for row in old_rows if row.consumer_uuid in emptied}
     wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
-    by_uuid, by_id = _provider_generations(conn, wanted, release_ids)
+    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
+    by_uuid, by_id, class_ids = _read_providers_and_classes(conn, wanted, release_ids, names)
     for uuid in wanted:
         if uuid not in by_uuid:
             raise ProviderNotFound(uuid)
     _check_consumer_generations(requests, existing)
-    claims = _claims(conn, requests, by_uuid)
+    for name in names:
+        if name not in class_ids:
+            raise ResourceClassNotFound(name)
+    claims = [
+        Claim(by_uuid[rp_uuid].id, rp_uuid, class_ids[name], name, amount, r.consumer_uuid)
+        for r in requests
+        for rp_uuid, resources in r.resources.items()
+        for name, amount in resources.items()
+    ]
     if any(claim.amount > capacity.MAX_INT for claim in claims):
         # Larger than any column holds, and than any max_unit allows:
         # refuse with the constraint error before writing.
@@ -232,10 +239,10 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     _write_consumers(conn, requests, existing, incomplete_owner)
     old_ids = [row.id for row in old_rows]
     if old_ids:
-        conn.execute(sa.delete(ALLOC).where(ALLOC.c.id.in_(old_ids)))
+        conn.execute(_DELETE_ROWS, {"ids": old_ids})
     if claims:
         now = utcnow()
-        conn.execute(sa.insert(ALLOC), [
+        conn.execute(_INSERT_ROW, [
             {"resource_provider_id": c.provider_id, "consumer_id": c.consumer_uuid,
              "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
             for c in claims
@@ -256,28 +263,63 @@ def check_capacity(conn: Connection, claims: Iterable[Claim]) -> None:
     _check_claims(conn, list(claims), after_write=True)
 
 
-def _rows_of_consumers(conn: Connection, uuids: Sequence[str]) -> list[Row]:
-    if not uuids:
-        return []
-    return conn.execute(
-        sa.select(ALLOC.c.id, ALLOC.c.consumer_id, ALLOC.c.resource_provider_id)
-        .where(ALLOC.c.consumer_id.in_(uuids))
-    ).all()
+class _OldRow(NamedTuple):
+    id: int
+    consumer_uuid: str
+    provider_id: int
 
 
-def _provider_generations(conn: Connection, uuids: Sequence[str], ids: Iterable[int]
-                          ) -> tuple[dict[str, Row], dict[int, int]]:
-    """Providers by uuid (id, uuid, generation) and {id: generation}, one query."""
-    ids = set(ids)
-    conditions = []
-    if uuids:
-        conditions.append(RP.c.uuid.in_(uuids))
-    if ids:
-        conditions.append(RP.c.id.in_(ids))
-    if not conditions:
-        return {}, {}
-    rows = conn.execute(sa.select(RP.c.id, RP.c.uuid, RP.c.generation).where(sa.or_(*conditions))).all()
-    return {row.uuid: row for row in rows}, {row.id: row.generation for row in rows}
+# The statements of the write path are built once, with expanding IN
+# parameters, so each is compiled once per process rather than per request.
+_C, _P, _U = tables.consumers, tables.projects, tables.users
+_CONSUMERS_AND_ROWS = sa.union_all(
+    sa.select(sa.literal_column("'c'").label("kind"), _C.c.id, _C.c.uuid, _C.c.generation, _C.c.project_id,
+              _C.c.user_id, _C.c.consumer_type_id, _P.c.external_id, _U.c.external_id)
+    .join(_P, _P.c.id == _C.c.project_id)
+    .join(_U, _U.c.id == _C.c.user_id)
+    .where(_C.c.uuid.in_(sa.bindparam("consumer_uuids", expanding=True))),
+    sa.select(sa.literal_column("'a'"), ALLOC.c.id, ALLOC.c.consumer_id, sa.null(), ALLOC.c.resource_provider_id,
+              sa.null(), sa.null(), sa.null(), sa.null())
+    .where(ALLOC.c.consumer_id.in_(sa.bindparam("row_uuids", expanding=True))),
+)
+_PROVIDERS_AND_CLASSES = sa.union_all(
+    sa.select(sa.literal_column("'p'").label("kind"), RP.c.id, RP.c.uuid, RP.c.generation)
+    .where(sa.or_(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)),
+                  RP.c.id.in_(sa.bindparam("ids", expanding=True)))),
+    sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null())
+    .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
+)
+_DELETE_ROWS = sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True)))
+_INSERT_ROW = sa.insert(ALLOC)
+
+
+def _read_consumers(conn: Connection, uuids: Sequence[str]
+                    ) -> tuple[dict[str, consumers.Consumer], list[_OldRow]]:
+    """The consumer records among ``uuids`` and all their allocation rows, one query."""
+    records: dict[str, consumers.Consumer] = {}
+    rows: list[_OldRow] = []
+    for kind, ident, uuid, generation, number, user_id, type_id, project, user in conn.execute(
+            _CONSUMERS_AND_ROWS, {"consumer_uuids": uuids, "row_uuids": uuids}):
+        if kind == "c":
+            records[uuid] = consumers.Consumer(ident, uuid, generation, number, user_id, project, user, type_id)
+        else:
+            rows.append(_OldRow(ident, uuid, number))
+    return records, rows
+
+
+def _read_providers_and_classes(conn: Connection, uuids: Sequence[str], ids: Iterable[int],
+                                names: Sequence[str]) -> tuple[dict[str, Row], dict[int, int], dict[str, int]]:
+    """Providers by uuid and {id: generation}, and {class name: id}, in one query."""
+    by_uuid: dict[str, Row] = {}
+    by_id: dict[int, int] = {}
+    class_ids: dict[str, int] = {}
+    for row in conn.execute(_PROVIDERS_AND_CLASSES, {"uuids": list(uuids), "ids": list(ids), "names": list(names)}):
+        if row.kind == "p":
+            by_uuid[row.uuid] = row
+            by_id[row.id] = row.generation
+        else:
+            class_ids[row.uuid] = row.id
+    return by_uuid, by_id, class_ids
 
 
 def _check_consumer_generations(requests: Sequence[ConsumerAllocations],
@@ -291,27 +333,9 @@ def _check_consumer_generations(requests: Sequence[ConsumerAllocations],
             raise ConsumerGenerationConflict(current, request.generation)
 
 
-def _claims(conn: Connection, requests: Sequence[ConsumerAllocations],
-            providers: Mapping[str, Row]) -> list[Claim]:
-    """The rows to insert, in request order; unknown class names are refused."""
-    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
-    class_ids = resource_class_ids(conn, names)
-    for name in names:
-        if name not in class_ids:
-            raise ResourceClassNotFound(name)
-    return [
-        Claim(providers[rp_uuid].id, rp_uuid, class_ids[name], name, amount, r.consumer_uuid)
-        for r in requests
-        for rp_uuid, resources in r.resources.items()
-        for name, amount in resources.items()
-    ]
-
-
 def resource_class_ids(conn: Connection, names: Iterable[str]) -> dict[str, int]:
-    names = list(names)
-    if not names:
-        return {}
-    return dict(conn.execute(sa.select(RC.c.name, RC.c.id).where(RC.c.name.in_(names))).all())
+    """{name: id} of the existing resource classes among ``names``."""
+    return _read_providers_and_classes(conn, [], [], list(names))[2]
 
 
 def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
@@ -350,31 +374,33 @@ def _owner(conn: Connection, request: ConsumerAllocations, record: consumers.Con
     project, user = request.project_id, request.user_id
     if project is None:
         project, user = incomplete_owner
-    if record is not None and (record.project, record.user) == (project, user):
-        project_id, user_id = record.project_id, record.user_id
-    else:
-        project_id, user_id = consumers.ensure_owner(conn, project, user)
-    if request.set_consumer_type and request.consumer_type is not None:
-        type_id: int | None = consumers.ensure_consumer_type(conn, request.consumer_type)
-    else:
-        type_id = record.consumer_type_id if record is not None else None
-    return consumers.Owner(project_id, user_id, type_id)
+    new_type = request.consumer_type if request.set_consumer_type else None
+    if record is not None and (record.project, record.user) == (project, user) and new_type is None:
+        return consumers.Owner(record.project_id, record.user_id, record.consumer_type_id)
+    owner = consumers.ensure_owner(conn, project, user, new_type)
+    if new_type is None:
+        owner = consumers.Owner(owner.project_id, owner.user_id,
+                                record.consumer_type_id if record is not None else None)
+    return owner
+
+
+_USED = (
+    sa.select(sa.func.coalesce(sa.func.sum(ALLOC.c.used), 0))
+    .where(ALLOC.c.resource_provider_id == INV.c.resource_provider_id,
+           ALLOC.c.resource_class_id == INV.c.resource_class_id)
+    .scalar_subquery()
+)
+_INVENTORY_USAGE = (
+    sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
+              INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, _USED.label("used"))
+    .where(INV.c.resource_provider_id.in_(sa.bindparam("provider_ids", expanding=True)),
+           INV.c.resource_class_id.in_(sa.bindparam("class_ids", expanding=True)))
+)
 
 
 def _inventory_usage(conn: Connection, provider_ids: set[int], class_ids: set[int]) -> dict[tuple[int, int], Row]:
     """Inventory records with the total amount allocated from each, one query."""
-    used = (
-        sa.select(sa.func.coalesce(sa.func.sum(ALLOC.c.used), 0))
-        .where(ALLOC.c.resource_provider_id == INV.c.resource_provider_id,
-               ALLOC.c.resource_class_id == INV.c.resource_class_id)
-        .scalar_subquery()
-    )
-    rows = conn.execute(
-        sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
-                  INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio,
-                  used.label("used"))
-        .where(INV.c.resource_provider_id.in_(provider_ids), INV.c.resource_class_id.in_(class_ids))
-    ).all()
+    rows = conn.execute(_INVENTORY_USAGE, {"provider_ids": list(provider_ids), "class_ids": list(class_ids)})
     return {(row.resource_provider_id, row.resource_class_id): row for row in rows}
 
 
@@ -411,8 +437,9 @@ def delete_allocations(conn: Connection, consumer_uuid: str) -> None:
     generation read, so a concurrent rewrite of the consumer is noticed
     (``UnguardedConsumerConflict``: re-run, then the new allocations go).
     """
-    record = consumers.get_many(conn, [consumer_uuid]).get(consumer_uuid)
-    ids = [row.id for row in _rows_of_consumers(conn, [consumer_uuid])]
+    records, rows = _read_consumers(conn, [consumer_uuid])
+    record = records.get(consumer_uuid)
+    ids = [row.id for row in rows]
     if not ids:
         raise NotFound(f"No allocations for consumer '{consumer_uuid}'")
     if record is not None:
@@ -443,24 +470,26 @@ class ConsumerView:
     last_modified: datetime.datetime | None
 
 
+_T = tables.consumer_types
+_FOR_CONSUMER = (
+    sa.select(RP.c.uuid, RP.c.generation, RC.c.name, ALLOC.c.used, ALLOC.c.created_at,
+              ALLOC.c.updated_at, _C.c.id.label("consumer_id"), _C.c.generation.label("consumer_generation"),
+              _P.c.external_id.label("project"), _U.c.external_id.label("user"),
+              _T.c.name.label("consumer_type"))
+    .select_from(ALLOC)
+    .join(RP, RP.c.id == ALLOC.c.resource_provider_id)
+    .join(RC, RC.c.id == ALLOC.c.resource_class_id)
+    .outerjoin(_C, _C.c.uuid == ALLOC.c.consumer_id)
+    .outerjoin(_P, _P.c.id == _C.c.project_id)
+    .outerjoin(_U, _U.c.id == _C.c.user_id)
+    .outerjoin(_T, _T.c.id == _C.c.consumer_type_id)
+    .where(ALLOC.c.consumer_id == sa.bindparam("consumer"))
+)
+
+
 def for_consumer(conn: Connection, consumer_uuid: str) -> ConsumerView | None:
     """The consumer's allocations by provider uuid (one query); None if it has none."""
-    c, p, u, t = tables.consumers, tables.projects, tables.users, tables.consumer_types
-    query = (
-        sa.select(RP.c.uuid, RP.c.generation, RC.c.name, ALLOC.c.used, ALLOC.c.created_at,
-                  ALLOC.c.updated_at, c.c.id.label("consumer_id"), c.c.generation.label("consumer_generation"),
-                  p.c.external_id.label("project"), u.c.external_id.label("user"),
-                  t.c.name.label("consumer_type"))
-        .select_from(ALLOC)
-        .join(RP, RP.c.id == ALLOC.c.resource_provider_id)
-        .join(RC, RC.c.id == ALLOC.c.resource_class_id)
-        .outerjoin(c, c.c.uuid == ALLOC.c.consumer_id)
-        .outerjoin(p, p.c.id == c.c.project_id)
-        .outerjoin(u, u.c.id == c.c.user_id)
-        .outerjoin(t, t.c.id == c.c.consumer_type_id)
-        .where(ALLOC.c.consumer_id == consumer_uuid)
-    )
-    rows = conn.execute(query).all()
+    rows = conn.execute(_FOR_CONSUMER, {"consumer": consumer_uuid}).all()
     if not rows:
         return None
     allocations: dict[str, dict] = {}
@@ -489,20 +518,21 @@ class ProviderView:
     last_modified: datetime.datetime | None
 
 
+_FOR_PROVIDER = (
+    sa.select(RP.c.generation.label("provider_generation"), ALLOC.c.consumer_id, RC.c.name,
+              ALLOC.c.used, ALLOC.c.created_at, ALLOC.c.updated_at,
+              _C.c.generation.label("consumer_generation"))
+    .select_from(RP)
+    .outerjoin(ALLOC, ALLOC.c.resource_provider_id == RP.c.id)
+    .outerjoin(RC, RC.c.id == ALLOC.c.resource_class_id)
+    .outerjoin(_C, _C.c.uuid == ALLOC.c.consumer_id)
+    .where(RP.c.uuid == sa.bindparam("provider"))
+)
+
+
 def for_provider(conn: Connection, provider_uuid: str) -> ProviderView | None:
     """Allocations against a provider by consumer uuid (one query); None if no such provider."""
-    c = tables.consumers
-    query = (
-        sa.select(RP.c.generation.label("provider_generation"), ALLOC.c.consumer_id, RC.c.name,
-                  ALLOC.c.used, ALLOC.c.created_at, ALLOC.c.updated_at,
-                  c.c.generation.label("consumer_generation"))
-        .select_from(RP)
-        .outerjoin(ALLOC, ALLOC.c.resource_provider_id == RP.c.id)
-        .outerjoin(RC, RC.c.id == ALLOC.c.resource_class_id)
-        .outerjoin(c, c.c.uuid == ALLOC.c.consumer_id)
-        .where(RP.c.uuid == provider_uuid)
-    )
-    rows = conn.execute(query).all()
+    rows = conn.execute(_FOR_PROVIDER, {"provider": provider_uuid}).all()
     if not rows:
         return None
     allocations: dict[str, dict] = {}

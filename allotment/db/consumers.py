@@ -24,8 +24,6 @@ read), so two writers of one consumer can never both win.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
-
 import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
@@ -74,73 +72,52 @@ class Owner:
     consumer_type_id: int | None = None
 
 
-def get_many(conn: Connection, uuids: Iterable[str]) -> dict[str, Consumer]:
-    """The consumer records among ``uuids``, keyed by uuid (one query)."""
-    uuids = list(uuids)
-    if not uuids:
-        return {}
-    c = CONSUMERS
-    query = (
-        sa.select(c.c.id, c.c.uuid, c.c.generation, c.c.project_id, c.c.user_id,
-                  PROJECTS.c.external_id.label("project"), USERS.c.external_id.label("user"),
-                  c.c.consumer_type_id)
-        .join(PROJECTS, PROJECTS.c.id == c.c.project_id)
-        .join(USERS, USERS.c.id == c.c.user_id)
-        .where(c.c.uuid.in_(uuids))
-    )
-    return {row.uuid: Consumer(*row) for row in conn.execute(query)}
+# Statements built once: each is compiled once per process, not per request.
+_INSERTS = {table.name: sa.insert(table) for table in (PROJECTS, USERS, TYPES, CONSUMERS)}
+_DELETE_AT_GENERATION = sa.delete(CONSUMERS).where(CONSUMERS.c.id == sa.bindparam("consumer_id"),
+                                                   CONSUMERS.c.generation == sa.bindparam("seen"))
+_OWNER_LOOKUP = sa.union_all(
+    sa.select(sa.literal_column("'p'").label("kind"), PROJECTS.c.id)
+    .where(PROJECTS.c.external_id == sa.bindparam("project")),
+    sa.select(sa.literal_column("'u'"), USERS.c.id).where(USERS.c.external_id == sa.bindparam("user")),
+    sa.select(sa.literal_column("'t'"), TYPES.c.id).where(TYPES.c.name == sa.bindparam("type")),
+)
 
 
 def _insert_name(conn: Connection, table: sa.Table, column: str, value: str, what: str) -> int:
     """Insert one named row; a concurrent insert of the same name is a RecordRace."""
     now = utcnow()
     try:
-        result = conn.execute(sa.insert(table).values({column: value, "created_at": now,
-                                                       "updated_at": now}))
+        result = conn.execute(_INSERTS[table.name], {column: value, "created_at": now, "updated_at": now})
     except exc.IntegrityError:
         raise RecordRace(what) from None
     return result.inserted_primary_key[0]
 
 
-def ensure_owner(conn: Connection, project: str, user: str) -> tuple[int, int]:
-    """Internal ids of project ``project`` and user ``user``, creating them if new.
-
-    One query finds both in the common case that they exist.
-    """
-    found = conn.execute(
-        sa.union_all(
-            sa.select(sa.literal_column("'p'").label("kind"), PROJECTS.c.id)
-            .where(PROJECTS.c.external_id == project),
-            sa.select(sa.literal_column("'u'").label("kind"), USERS.c.id)
-            .where(USERS.c.external_id == user),
-        )
-    ).all()
-    ids = {kind: ident for kind, ident in found}
+def ensure_owner(conn: Connection, project: str, user: str, consumer_type: str | None = None) -> Owner:
+    """Internal ids of a project, a user and (optionally) a consumer type,
+    creating whichever is new.  One query when they all exist."""
+    ids = dict(conn.execute(_OWNER_LOOKUP, {"project": project, "user": user, "type": consumer_type}).all())
     project_id = ids.get("p")
     if project_id is None:
         project_id = _insert_name(conn, PROJECTS, "external_id", project, f"project {project}")
     user_id = ids.get("u")
     if user_id is None:
         user_id = _insert_name(conn, USERS, "external_id", user, f"user {user}")
-    return project_id, user_id
-
-
-def ensure_consumer_type(conn: Connection, name: str) -> int:
-    """Internal id of consumer type ``name``, creating it if new."""
-    found = conn.execute(sa.select(TYPES.c.id).where(TYPES.c.name == name)).scalar()
-    if found is not None:
-        return found
-    return _insert_name(conn, TYPES, "name", name, f"consumer type {name}")
+    type_id = ids.get("t")
+    if type_id is None and consumer_type is not None:
+        type_id = _insert_name(conn, TYPES, "name", consumer_type, f"consumer type {consumer_type}")
+    return Owner(project_id, user_id, type_id)
 
 
 def insert(conn: Connection, uuid: str, owner: Owner, *, generation: int) -> int:
     """Create a consumer record; a concurrent creation of the same uuid is a RecordRace."""
     now = utcnow()
     try:
-        result = conn.execute(sa.insert(CONSUMERS).values(
-            uuid=uuid, project_id=owner.project_id, user_id=owner.user_id,
-            consumer_type_id=owner.consumer_type_id, generation=generation,
-            created_at=now, updated_at=now))
+        result = conn.execute(_INSERTS[CONSUMERS.name], {
+            "uuid": uuid, "project_id": owner.project_id, "user_id": owner.user_id,
+            "consumer_type_id": owner.consumer_type_id, "generation": generation,
+            "created_at": now, "updated_at": now})
     except exc.IntegrityError:
         raise RecordRace(f"consumer {uuid}") from None
     return result.inserted_primary_key[0]
@@ -169,16 +146,9 @@ def delete(conn: Connection, consumer: Consumer) -> None:
     Deleting is a change like any other: naming the generation makes it a
     compare-and-swap, so a concurrent writer of the consumer is detected.
     """
-    result = conn.execute(sa.delete(CONSUMERS).where(CONSUMERS.c.id == consumer.id,
-                                                     CONSUMERS.c.generation == consumer.generation))
+    result = conn.execute(_DELETE_AT_GENERATION, {"consumer_id": consumer.id, "seen": consumer.generation})
     if result.rowcount != 1:
         raise ConcurrentUpdate(f"consumer {consumer.uuid} generation conflict: another process "
                                "updated it. Please retry your update")
 
 
-def type_names(conn: Connection, type_ids: Iterable[int]) -> dict[int, str]:
-    """Names of the given consumer type ids."""
-    ids = {i for i in type_ids if i is not None}
-    if not ids:
-        return {}
-    return dict(conn.execute(sa.select(TYPES.c.id, TYPES.c.name).where(TYPES.c.id.in_(ids))).all())

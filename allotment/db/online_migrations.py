@@ -57,11 +57,11 @@ def create_incomplete_consumers(conn: Connection, limit: int, owner: tuple[str, 
     uuids = conn.execute(_orphans().order_by(ALLOC.c.consumer_id).limit(limit)).scalars().all()
     if not uuids:
         return 0
-    project_id, user_id = consumers.ensure_owner(conn, *owner)
+    ids = consumers.ensure_owner(conn, *owner)
     now = utcnow()
     try:
         conn.execute(sa.insert(CONSUMERS), [
-            {"uuid": uuid, "project_id": project_id, "user_id": user_id, "generation": 0,
+            {"uuid": uuid, "project_id": ids.project_id, "user_id": ids.user_id, "generation": 0,
              "created_at": now, "updated_at": now}
             for uuid in uuids
         ])
