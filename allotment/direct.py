@@ -158,8 +158,10 @@ class Direct:
     ``config`` is a populated ``oslo_config.cfg.ConfigOpts`` (for example
     from :func:`allotment.config.load`) or the path of a ``placement.conf``.
     Entering migrates the schema to the latest revision (as ``allotment db
-    sync`` would; safe while nothing else runs) and yields a
+    sync`` would; ``migrate=False`` skips it) and yields a
     :class:`DirectSession`; leaving closes it and the database pool.
+    ``microversion``, ``token`` and ``roles`` set the defaults every
+    request carries (see the module doc).
     """
 
     def __init__(self, config: cfg.ConfigOpts | str | os.PathLike, *, microversion: str = "latest",
