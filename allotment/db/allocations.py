@@ -61,7 +61,6 @@ providers, so it sees every change the transaction made before it.
 from __future__ import annotations
 
 import datetime
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
