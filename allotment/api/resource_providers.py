@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import uuid as uuidlib
+from collections.abc import Callable
 
 import webob
 
@@ -72,28 +73,39 @@ def provider_url(req: Request, uuid: str) -> str:
     return f"{req.script_name}/resource_providers/{uuid}"
 
 
-def _links(req: Request, url: str) -> list[dict]:
+def _related(version: tuple[int, int]) -> list[str]:
+    """The sub-resources a provider links to at this version (besides itself)."""
     related = ["inventories", "usages"]
-    if req.version >= (1, 1):
+    if version >= (1, 1):
         related.append("aggregates")
-    if req.version >= (1, 6):
+    if version >= (1, 6):
         related.append("traits")
-    if req.version >= (1, 11):
+    if version >= (1, 11):
         related.append("allocations")
-    return [{"rel": "self", "href": url}] + [{"rel": rel, "href": f"{url}/{rel}"} for rel in related]
+    return related
 
 
-def _represent(req: Request, provider: ProviderRecord) -> dict:
-    body = {
-        "uuid": provider.uuid,
-        "name": provider.name,
-        "generation": provider.generation,
-        "links": _links(req, provider_url(req, provider.uuid)),
-    }
-    if req.version >= (1, 14):
-        body["parent_provider_uuid"] = provider.parent_uuid
-        body["root_provider_uuid"] = provider.root_uuid
-    return body
+def _representer(req: Request) -> Callable[[ProviderRecord], dict]:
+    """A function giving a provider's body at this request's version.
+
+    Everything that depends only on the request is worked out once: a
+    list of 10,000 providers is mostly this function's work.
+    """
+    base = f"{req.script_name}/resource_providers/"
+    related = [(rel, "/" + rel) for rel in _related(req.version)]
+    nested = req.version >= (1, 14)
+
+    def represent(provider: ProviderRecord) -> dict:
+        url = base + provider.uuid
+        links = [{"rel": "self", "href": url}] + [{"rel": rel, "href": url + suffix} for rel, suffix in related]
+        body = {"uuid": provider.uuid, "name": provider.name, "generation": provider.generation,
+                "links": links}
+        if nested:
+            body["parent_provider_uuid"] = provider.parent_uuid
+            body["root_provider_uuid"] = provider.root_uuid
+        return body
+
+    return represent
 
 
 # -- handlers --------------------------------------------------------------------
@@ -108,7 +120,8 @@ def list_resource_providers(req: Request) -> webob.Response:
             raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
         except db.UnknownTraits as error:
             raise HTTPError(400, f'Invalid trait(s) in "required" parameter: {error.message}') from None
-    body = {"resource_providers": [_represent(req, provider) for provider in providers]}
+    represent = _representer(req)
+    body = {"resource_providers": [represent(provider) for provider in providers]}
     return json_response(req, body, last_modified=latest(*(p.last_modified for p in providers)))
 
 
@@ -128,7 +141,7 @@ def _filters(req: Request, params: dict[str, str]) -> ProviderFilters:
 def get_resource_provider(req: Request) -> webob.Response:
     with req.app.db.read() as conn:
         provider = db.get(conn, req.urlvars["uuid"])
-    return json_response(req, _represent(req, provider), last_modified=provider.last_modified)
+    return json_response(req, _representer(req)(provider), last_modified=provider.last_modified)
 
 
 def create_resource_provider(req: Request) -> webob.Response:
@@ -143,7 +156,7 @@ def create_resource_provider(req: Request) -> webob.Response:
                              f'{error.message}') from None
     headers = {"Location": provider_url(req, uuid)}
     if req.version >= (1, 20):
-        return json_response(req, _represent(req, provider), last_modified=provider.last_modified,
+        return json_response(req, _representer(req)(provider), last_modified=provider.last_modified,
                              headers=headers)
     return no_content(req, 201, headers=headers)
 
@@ -161,7 +174,7 @@ def update_resource_provider(req: Request) -> webob.Response:
                                             retry_on=(db.InsertRace,), retries=db.INSERT_RETRIES)
     except TreeRuleViolation as error:
         raise HTTPError(400, f"Unable to save resource provider {uuid}: {error.message}") from None
-    return json_response(req, _represent(req, provider), last_modified=provider.last_modified)
+    return json_response(req, _representer(req)(provider), last_modified=provider.last_modified)
 
 
 def delete_resource_provider(req: Request) -> webob.Response:

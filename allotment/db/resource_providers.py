@@ -144,19 +144,22 @@ def _providers_fitting(class_id: int, amount: int) -> sa.Select:
     The capacity rule of :mod:`allotment.domain.capacity`, in SQL:
     ``used + amount <= (total - reserved) * allocation_ratio`` and the unit
     rules ``min_unit <= amount <= max_unit``, ``amount % step_size == 0``.
+    The usage is a correlated sum over the (provider, class, used) index:
+    one index range per inventory row, linear however stale the planner's
+    statistics are (a grouped subquery joined to inventories can turn
+    quadratic on PostgreSQL when it underestimates them).
     """
-    usage = (sa.select(ALLOC.c.resource_provider_id, sa.func.sum(ALLOC.c.used).label("used"))
-             .where(ALLOC.c.resource_class_id == class_id)
-             .group_by(ALLOC.c.resource_provider_id).subquery("usage"))
+    used = (sa.select(sa.func.coalesce(sa.func.sum(ALLOC.c.used), 0))
+            .where(ALLOC.c.resource_provider_id == INV.c.resource_provider_id,
+                   ALLOC.c.resource_class_id == class_id)
+            .correlate(INV).scalar_subquery())
     requested = sa.literal(amount, sa.Integer)
     return (sa.select(INV.c.resource_provider_id)
-            .select_from(INV.outerjoin(usage, usage.c.resource_provider_id == INV.c.resource_provider_id))
             .where(INV.c.resource_class_id == class_id,
-                   sa.func.coalesce(usage.c.used, 0) + requested
-                   <= (INV.c.total - INV.c.reserved) * INV.c.allocation_ratio,
                    INV.c.min_unit <= requested,
                    INV.c.max_unit >= requested,
-                   requested % INV.c.step_size == 0))
+                   requested % INV.c.step_size == 0,
+                   used + requested <= (INV.c.total - INV.c.reserved) * INV.c.allocation_ratio))
 
 
 def _trait_conditions(conn: Connection, traits: TraitExpression) -> list[sa.ColumnElement[bool]]:
