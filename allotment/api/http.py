@@ -71,17 +71,12 @@ def _validator(schema: dict):
     return validator
 
 
-def validate(data: Any, schema: dict, *, prefix: str = "JSON does not validate") -> Any:
-    """Validate decoded JSON; 400 ``JSON does not validate: ...`` on failure.
-
-    Query strings are checked against schemas too (as a dict of the last
-    value of each key); Placement reports those with ``prefix="Invalid
-    query string parameters"``.
-    """
+def validate(data: Any, schema: dict) -> Any:
+    """Validate decoded JSON; 400 ``JSON does not validate: ...`` on failure."""
     try:
         _validator(schema).validate(data)
     except jsonschema.ValidationError as error:
-        raise HTTPError(400, f"{prefix}: {error}") from None
+        raise HTTPError(400, f"JSON does not validate: {error}") from None
     return data
 
 
