@@ -104,6 +104,9 @@ class ProviderSummary:
 class AllocationCandidates:
     allocation_requests: list[AllocationRequest]
     provider_summaries: list[ProviderSummary]
+    #: Candidates generated before ``limit`` or sampling picked the answer
+    #: (equal to ``max_candidates`` when that cap cut generation short).
+    generated: int = 0
 
 
 # ---------------------------------------------------------------------------
@@ -131,6 +134,10 @@ def find_allocation_candidates(
         request, snapshot, strategy=strategy)
     if max_candidates >= 0:
         stream = itertools.islice(stream, max(max_candidates, 1))
+    # zip pulls from the stream first: the counter only advances for
+    # candidates actually generated.
+    counter = itertools.count()
+    stream = (areq for areq, _ in zip(stream, counter))
     limit = request.limit
     with _gc_paused():
         if randomize:
@@ -143,7 +150,8 @@ def find_allocation_candidates(
                           else stream)
     return AllocationCandidates(
         allocation_requests=chosen,
-        provider_summaries=summarize(chosen, snapshot, request.nested_aware))
+        provider_summaries=summarize(chosen, snapshot, request.nested_aware),
+        generated=next(counter))
 
 
 def iter_allocation_requests(

@@ -1,0 +1,122 @@
+"""``GET /allocation_candidates``: every way to satisfy a request, and the
+providers involved.
+
+The query is parsed by :mod:`allotment.domain.request_groups`, the
+snapshot of candidate trees comes from :mod:`allotment.db.allocation_candidates`
+and the solver in :mod:`allotment.domain.allocation_candidates` does the
+rest; this module shapes the answer by microversion:
+
+* 1.10: ``allocation_requests`` hold a *list* of
+  ``{resource_provider: {uuid}, resources}``; from 1.12 a dict keyed by
+  provider uuid;
+* 1.15: ``Last-Modified`` (now: the answer is computed) and ``Cache-Control``;
+* 1.17: provider summaries list traits;
+* 1.27: summaries show every resource class of the provider, not only
+  the requested ones;
+* 1.29: summaries carry parent and root uuids, and list every provider of
+  each tree used (the solver decides which);
+* 1.34: each allocation request says which providers serve which group
+  (``mappings``).
+
+``[placement] max_allocation_candidates`` caps how many candidates are
+generated.  When it is unset (-1) a safety cap of
+:data:`SAFETY_CAP` applies instead, so that a combinatorially huge request
+(e.g. four single-unit groups over a hundred identical devices of one
+host: ~10^8 candidates) answers quickly with the first ones instead of
+exhausting the worker's memory; hitting it is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import webob
+
+from allotment.api.errors import HTTPError
+from allotment.api.http import Request, json_response
+from allotment.db import allocation_candidates as db
+from allotment.domain import allocation_candidates as solver
+from allotment.domain.inventories import ResourceClassNotFound
+from allotment.domain.request_groups import AllocationCandidatesRequest, parse_allocation_candidates
+
+LOG = logging.getLogger(__name__)
+
+#: Most candidates generated for one request when ``[placement]
+#: max_allocation_candidates`` is unset (-1).  Far above what a scheduler
+#: asks for (nova sends ``limit=1000``) and above the candidates of a
+#: 10,000-host cloud's plainest request, yet small enough to answer in
+#: about a second with bounded memory.
+SAFETY_CAP = 100_000
+
+
+def list_allocation_candidates(req: Request) -> webob.Response:
+    """GET /allocation_candidates."""
+    try:
+        pairs = list(req.GET.items())
+    except UnicodeDecodeError as error:
+        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
+    request = parse_allocation_candidates(pairs, req.version)
+    with req.app.db.read() as conn:
+        try:
+            names = db.resolve_names(conn, request)
+        except ResourceClassNotFound as error:
+            raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
+        snapshot = db.load_snapshot(conn, request, names)
+    found = _solve(req, request, snapshot)
+    body = {
+        "allocation_requests": _allocation_requests(req, found.allocation_requests),
+        "provider_summaries": _provider_summaries(req, request, found.provider_summaries),
+    }
+    return json_response(req, body)
+
+
+def _solve(req: Request, request: AllocationCandidatesRequest, snapshot) -> solver.AllocationCandidates:
+    conf = req.app.conf.placement
+    cap = conf.max_allocation_candidates
+    safety = cap < 0
+    found = solver.find_allocation_candidates(
+        request, snapshot,
+        max_candidates=SAFETY_CAP if safety else cap,
+        strategy=conf.allocation_candidates_generation_strategy,
+        randomize=conf.randomize_allocation_candidates)
+    if safety and found.generated >= SAFETY_CAP:
+        LOG.warning("%s: allocation candidates cut at the safety cap of %d (set [placement] "
+                    "max_allocation_candidates to choose the cap, or ask with a limit)",
+                    req.request_id, SAFETY_CAP)
+    return found
+
+
+def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest]) -> list[dict]:
+    if req.version < (1, 12):
+        return [{"allocations": [{"resource_provider": {"uuid": uuid}, "resources": resources}
+                                 for uuid, resources in candidate.allocations.items()]}
+                for candidate in candidates]
+    if req.version < (1, 34):
+        return [{"allocations": {uuid: {"resources": resources}
+                                 for uuid, resources in candidate.allocations.items()}}
+                for candidate in candidates]
+    return [{"allocations": {uuid: {"resources": resources}
+                             for uuid, resources in candidate.allocations.items()},
+             "mappings": candidate.mappings}
+            for candidate in candidates]
+
+
+def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
+                        summaries: Sequence[solver.ProviderSummary]) -> dict[str, dict]:
+    with_traits = req.version >= (1, 17)
+    nested = req.version >= (1, 29)
+    requested = None if req.version >= (1, 27) else set(request.resource_class_names())
+    result = {}
+    for summary in summaries:
+        provider = summary.provider
+        body: dict = {"resources": {
+            rc: {"capacity": inv.capacity, "used": inv.used}
+            for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
+        if with_traits:
+            body["traits"] = list(provider.traits)
+        if nested:
+            body["parent_provider_uuid"] = summary.parent_provider_uuid
+            body["root_provider_uuid"] = summary.root_provider_uuid
+        result[provider.uuid] = body
+    return result
