@@ -52,6 +52,8 @@ import dataclasses
 import gc
 import itertools
 import random
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain.provider_tree import Provider, ProviderSnapshot
@@ -120,7 +122,8 @@ def find_allocation_candidates(
         max_candidates: int = -1,
         strategy: str = DEPTH_FIRST,
         randomize: bool = False,
-        rng: random.Random | None = None) -> AllocationCandidates:
+        rng: random.Random | None = None,
+        anchors: Iterable[int] | None = None) -> AllocationCandidates:
     """Answer ``GET /allocation_candidates``.
 
     :param max_candidates: ``[placement] max_allocation_candidates``; -1 for
@@ -129,9 +132,10 @@ def find_allocation_candidates(
     :param strategy: ``[placement] allocation_candidates_generation_strategy``.
     :param randomize: ``[placement] randomize_allocation_candidates``: pick
         ``limit`` candidates at random (and shuffle) instead of the first.
+    :param anchors: see :func:`iter_allocation_requests`.
     """
     stream: Iterator[AllocationRequest] = iter_allocation_requests(
-        request, snapshot, strategy=strategy)
+        request, snapshot, strategy=strategy, anchors=anchors)
     if max_candidates >= 0:
         stream = itertools.islice(stream, max(max_candidates, 1))
     # zip pulls from the stream first: the counter only advances for
@@ -139,7 +143,7 @@ def find_allocation_candidates(
     counter = itertools.count()
     stream = (areq for areq, _ in zip(stream, counter))
     limit = request.limit
-    with _gc_paused():
+    with gc_paused():
         if randomize:
             rng = rng or random.Random()
             chosen = (_reservoir_sample(stream, limit, rng) if limit
@@ -158,14 +162,23 @@ def iter_allocation_requests(
         request: AllocationCandidatesRequest,
         snapshot: ProviderSnapshot,
         *,
-        strategy: str = DEPTH_FIRST) -> Iterator[AllocationRequest]:
-    """Lazily yield distinct candidates in the strategy's order."""
+        strategy: str = DEPTH_FIRST,
+        anchors: Iterable[int] | None = None) -> Iterator[AllocationRequest]:
+    """Lazily yield distinct candidates in the strategy's order.
+
+    :param anchors: the roots to try, in order, instead of every root of
+        the snapshot.  It is consumed lazily, one root before its search,
+        so a caller may add each tree (and the trees of the sharing
+        providers that lend to it) to the snapshot just before yielding
+        its root; ``in_tree`` trees must be there from the start.
+    """
     if strategy not in STRATEGIES:
         raise ValueError("Strategy '%s' not recognized" % strategy)
     plan = _Plan.build(request, snapshot)
     if plan is None:
         return iter(())
-    per_anchor = (plan.candidates_at(root) for root in plan.anchor_roots())
+    per_anchor = (plan.candidates_at(root)
+                  for root in plan.anchor_roots(anchors))
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -199,22 +212,58 @@ def _summary(prov: Provider, snapshot: ProviderSnapshot) -> ProviderSummary:
         root_provider_uuid=snapshot.uuid_of(prov.root_id))
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Hold off the cyclic garbage collector while candidates pile up.
+class _CollectorPause:
+    """Hold off the cyclic garbage collector while a request's objects
+    pile up; safe with several threads per process.
 
-    Each candidate is a handful of new containers and none forms a cycle,
-    yet with the collector on, large answers spend most of their time in
-    its repeated scans of the growing result list (measured: 60% of the
-    time for 300k candidates).  Reference counting still frees everything.
+    A request builds tens of thousands of small containers (snapshot,
+    candidates, summaries) and none forms a cycle, yet with the collector
+    on, each full collection walks every object of the process again
+    (measured: about a third of a 2,000-root request, 60% of 300k
+    candidates).  Reference counting still frees everything.
+
+    The collector is off while at least one holder is inside (a counter,
+    not "was it enabled", so one thread ending cannot switch it back on
+    under another, nor leave it off).  Should holders overlap without a
+    break for longer than :attr:`MAX_PAUSE` seconds, the one leaving then
+    runs a collection, so cycles made elsewhere cannot pile up forever.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+
+    MAX_PAUSE = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._we_disabled = False
+        self._since = 0.0
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._we_disabled = gc.isenabled()
+                gc.disable()
+                self._since = time.monotonic()
+            self._holders += 1
+        try:
+            yield
+        finally:
+            collect = False
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    if self._we_disabled:
+                        gc.enable()
+                elif self._we_disabled and time.monotonic() - self._since > self.MAX_PAUSE:
+                    self._since = time.monotonic()
+                    collect = True
+            if collect:
+                gc.collect()
+
+
+#: ``with gc_paused(): ...`` around work that allocates much and frees it
+#: at the end (reentrant; see :class:`_CollectorPause`).
+gc_paused = _CollectorPause()
 
 
 def _reservoir_sample(stream: Iterable, size: int,
@@ -303,6 +352,12 @@ class _Plan:
                     self.subtree_checks.setdefault(i, []).append(idx)
         self._single_ok_cache: dict[tuple, dict[int, bool]] = {}
         self._seen: set = set()
+        #: Whether any sharing provider lends outside its tree: otherwise
+        #: no candidate can be reached from two anchors.
+        self.lending = bool(snapshot.sharing_providers_by_anchor())
+        self.check_traits = (self.unsuffixed is not None
+                             and bool(self.unsuffixed.traits.required))
+        self.slot_count = len(self.slots)
 
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
@@ -323,13 +378,21 @@ class _Plan:
 
     # -- anchors -----------------------------------------------------------
 
-    def anchor_roots(self) -> Iterator[int]:
-        """Roots that may anchor a candidate, in snapshot order."""
+    def anchor_roots(self, anchors: Iterable[int] | None = None
+                     ) -> Iterator[int]:
+        """Roots that may anchor a candidate, in snapshot order (or in the
+        order of ``anchors``)."""
         root_traits = self.request.root_traits
         unsuffixed_tree = (self.unsuffixed.in_tree
                            if self.unsuffixed is not None else None)
-        if unsuffixed_tree:
-            roots: Iterable[int] = (self.in_tree_roots[unsuffixed_tree],)
+        roots: Iterable[int]
+        if anchors is not None:
+            roots = anchors
+            if unsuffixed_tree:
+                only = self.in_tree_roots[unsuffixed_tree]
+                roots = (root for root in anchors if root == only)
+        elif unsuffixed_tree:
+            roots = (self.in_tree_roots[unsuffixed_tree],)
         else:
             roots = self.snapshot.root_ids
         for root in roots:
@@ -428,20 +491,28 @@ class _Plan:
     def _multi_domain(self, slot: _Slot, root: int,
                       by_class: dict[str, list[int]],
                       sharing: Sequence[int]) -> list[int]:
+        """Providers for one unsuffixed class: capacity, no forbidden
+        trait, and the aggregate rules (an aggregate on the root spans its
+        tree; a sharing provider must be a member itself)."""
         grp = slot.group
         if grp.in_tree and self.in_tree_roots[grp.in_tree] != root:
             return []
-        snapshot = self.snapshot
+        get = self.snapshot.get
         aggs = grp.aggregates
-        root_aggs = snapshot.get(root).aggregates
-        if aggs.forbids_any(root_aggs):
-            return []
-        # An aggregate on the root spans its whole tree.
-        root_member = not aggs.required or aggs.satisfied_by(root_aggs)
+        forbidden = grp.traits.forbidden
+        (rc, amount), = slot.amounts
+        root_member = True
+        if aggs:
+            root_aggs = get(root).aggregates
+            if aggs.forbids_any(root_aggs):
+                return []
+            root_member = not aggs.required or aggs.satisfied_by(root_aggs)
         domain = []
-        for pid in by_class.get(slot.amounts[0][0], ()):
-            prov = snapshot.get(pid)
-            if not self._multi_base_ok(slot, prov):
+        for pid in by_class.get(rc, ()):
+            prov = get(pid)
+            if not prov.inventories[rc].fits(amount):
+                continue
+            if forbidden and not forbidden.isdisjoint(prov.traits):
                 continue
             if aggs and (aggs.forbids_any(prov.aggregates) or not (
                     root_member or aggs.satisfied_by(prov.aggregates))):
@@ -450,8 +521,11 @@ class _Plan:
         if grp.in_tree:
             return domain
         for pid in sharing:
-            prov = snapshot.get(pid)
-            if not self._multi_base_ok(slot, prov):
+            prov = get(pid)
+            inv = prov.inventories.get(rc)
+            if inv is None or not inv.fits(amount):
+                continue
+            if forbidden and not forbidden.isdisjoint(prov.traits):
                 continue
             if aggs and not aggs.matches(prov.aggregates):
                 continue
@@ -460,12 +534,19 @@ class _Plan:
 
     # -- search ----------------------------------------------------------------
 
-    def candidates_at(self, root: int) -> Iterator[AllocationRequest]:
+    def candidates_at(self, root: int) -> Iterable[AllocationRequest]:
         """All candidates anchored at ``root``, lazily."""
         domains = self._domains(root)
         if domains is None:
-            return
-        yield from _Search(self, root, domains).run()
+            return ()
+        search = _Search(self, root, domains)
+        for domain in domains:
+            if len(domain) != 1:
+                return search.run()
+        # One provider per slot (flat trees, mostly): one assignment to
+        # check, without the search's generators.
+        found = search.only()
+        return (found,) if found is not None else ()
 
     def is_repeat(self, picked: Sequence[int],
                   allocations: dict, mappings: dict) -> bool:
@@ -474,6 +555,8 @@ class _Plan:
         Only a candidate made purely of sharing providers can be reached
         from more than one anchor, so only those are remembered.
         """
+        if not self.lending:
+            return False
         snapshot = self.snapshot
         if not all(snapshot.get(pid).is_sharing for pid in picked):
             return False
@@ -491,11 +574,15 @@ class _Plan:
 class _Search:
     """Depth-first assignment of providers to slots for one anchor."""
 
+    __slots__ = ("plan", "root", "domains", "slots", "picked", "load",
+                 "isolated", "limits", "offered", "reach", "last")
+
     def __init__(self, plan: _Plan, root: int, domains: list[list[int]]):
         self.plan = plan
         self.root = root
         self.domains = domains
         self.slots = plan.slots
+        self.last = plan.slot_count - 1
         self.picked: list[int] = [0] * len(domains)
         self.load: dict[tuple[int, str], int] = {}
         self.isolated: set[int] = set()
@@ -526,19 +613,42 @@ class _Search:
     def run(self) -> Iterator[AllocationRequest]:
         return self._place(0)
 
+    def only(self) -> AllocationRequest | None:
+        """The candidate when every domain holds one provider, if valid:
+        the checks of :meth:`_place`, in the same order, on that one
+        assignment."""
+        plan = self.plan
+        picked = self.picked
+        load = self.load
+        for depth, (slot, domain) in enumerate(zip(self.slots, self.domains)):
+            pid = domain[0]
+            if plan.isolate and slot.single:
+                if pid in self.isolated:
+                    return None
+                self.isolated.add(pid)
+            for rc, amount in slot.amounts:
+                key = (pid, rc)
+                total = load.get(key, 0) + amount
+                if total > self._limit(pid, rc):
+                    return None
+                load[key] = total
+            picked[depth] = pid
+            if not self._consistent(depth):
+                return None
+        if not plan.nested_aware and not self._one_provider_per_tree():
+            return None
+        return self._emit()
+
     def _place(self, depth: int) -> Iterator[AllocationRequest]:
-        if depth == len(self.slots):
-            if self.plan.nested_aware or self._one_provider_per_tree():
-                areq = self._emit()
-                if areq is not None:
-                    yield areq
-            return
         plan = self.plan
         slot = self.slots[depth]
         isolate = plan.isolate and slot.single
+        last = depth == self.last
         load = self.load
+        picked = self.picked
+        isolated = self.isolated
         for pid in self.domains[depth]:
-            if isolate and pid in self.isolated:
+            if isolate and pid in isolated:
                 continue
             added = []
             fits = True
@@ -551,13 +661,21 @@ class _Search:
                 load[key] = total
                 added.append((key, amount))
             if fits:
-                self.picked[depth] = pid
+                picked[depth] = pid
                 if self._consistent(depth):
-                    if isolate:
-                        self.isolated.add(pid)
-                    yield from self._place(depth + 1)
-                    if isolate:
-                        self.isolated.discard(pid)
+                    if last:
+                        # The leaf inline: no generator per candidate.
+                        if plan.nested_aware or \
+                                self._one_provider_per_tree():
+                            areq = self._emit()
+                            if areq is not None:
+                                yield areq
+                    else:
+                        if isolate:
+                            isolated.add(pid)
+                        yield from self._place(depth + 1)
+                        if isolate:
+                            isolated.discard(pid)
             for key, amount in added:
                 remaining = load[key] - amount
                 if remaining:
@@ -568,9 +686,10 @@ class _Search:
     def _consistent(self, depth: int) -> bool:
         """Checks that become decidable once slot ``depth`` is placed."""
         plan = self.plan
+        if not plan.check_traits and not plan.subtree_checks:
+            return True
         snapshot = plan.snapshot
-        if depth == plan.last_unsuffixed and plan.unsuffixed is not None \
-                and plan.unsuffixed.traits.required:
+        if depth == plan.last_unsuffixed and plan.check_traits:
             traits: set[str] = set()
             for i in range(depth + 1):
                 traits.update(snapshot.get(self.picked[i]).traits)
@@ -625,21 +744,26 @@ class _Search:
         return True
 
     def _emit(self) -> AllocationRequest | None:
-        snapshot = self.plan.snapshot
+        get = self.plan.snapshot.get
         allocations: dict[str, dict[str, int]] = {}
         mappings: dict[str, list[str]] = {}
         holders: dict[int, None] = {}
         for slot, pid in zip(self.slots, self.picked):
-            uuid = snapshot.get(pid).uuid
+            uuid = get(pid).uuid
             if slot.amounts:
                 holders[pid] = None
-                resources = allocations.setdefault(uuid, {})
+                resources = allocations.get(uuid)
+                if resources is None:
+                    resources = allocations[uuid] = {}
                 for rc, amount in slot.amounts:
                     resources[rc] = resources.get(rc, 0) + amount
-            serving = mappings.setdefault(slot.suffix, [])
-            if uuid not in serving:
+            serving = mappings.get(slot.suffix)
+            if serving is None:
+                mappings[slot.suffix] = [uuid]
+            elif uuid not in serving:
                 serving.append(uuid)
-        if self.plan.is_repeat(self.picked, allocations, mappings):
+        if self.plan.lending and self.plan.is_repeat(
+                self.picked, allocations, mappings):
             return None
         return AllocationRequest(
             anchor_root_id=self.root,

@@ -26,7 +26,7 @@ database layer should give a stable order (e.g. by internal id).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from allotment.domain import capacity as cap
 
@@ -117,17 +117,45 @@ class ProviderSnapshot:
     requests touch only a few trees when a ``limit`` is given.
     """
 
-    def __init__(self, providers: Iterable[Provider]):
+    def __init__(self, providers: Iterable[Provider] = (), *,
+                 sharing_lenders: Mapping[int, Sequence[int]] | None = None):
+        """``sharing_lenders`` (root id -> sharing providers outside that
+        tree that can lend to it, in snapshot order) replaces the
+        derivation from aggregates when the caller already knows it, e.g.
+        a database layer that adds trees with :meth:`add` as the search
+        goes (aggregates of trees not yet added would be missing)."""
         self._by_id: dict[int, Provider] = {}
         self._by_uuid: dict[str, Provider] = {}
         self._trees: dict[int, list[int]] = {}
+        #: Roots in the order their first provider was given.
+        self.root_ids: tuple[int, ...] = ()
+        self._ancestors: dict[int, frozenset[int]] = {}
+        self._lineage: dict[int, tuple[int, ...]] = {}
+        self._agg_roots: dict[str, tuple[int, ...]] | None = None
+        self._anchor_cache: dict[int, tuple[int, ...]] = {}
+        self._sharing_by_root: dict[int, tuple[int, ...]] | None = None
+        self._lenders_given = sharing_lenders is not None
+        if sharing_lenders is not None:
+            self._sharing_by_root = {root: tuple(lenders) for root, lenders in sharing_lenders.items()}
+        self._classes: dict[int, dict[str, list[int]]] = {}
+        self.add(providers)
+
+    def add(self, providers: Iterable[Provider]) -> None:
+        """Add whole trees (each tree complete in one call, none of them
+        already present).
+
+        Indexes derived from every tree's aggregates are dropped, unless
+        the lenders were given at construction.
+        """
+        added: list[Provider] = []
         for prov in providers:
             if prov.id in self._by_id:
                 raise ValueError(f"duplicate provider id {prov.id}")
             self._by_id[prov.id] = prov
             self._by_uuid[prov.uuid] = prov
             self._trees.setdefault(prov.root_id, []).append(prov.id)
-        for prov in self._by_id.values():
+            added.append(prov)
+        for prov in added:
             if prov.root_id not in self._by_id:
                 raise ValueError(
                     f"provider {prov.id}: root {prov.root_id} missing from "
@@ -136,14 +164,12 @@ class ProviderSnapshot:
                 raise ValueError(
                     f"provider {prov.id}: parent {prov.parent_id} missing "
                     "from snapshot (trees must be complete)")
-        # Roots in the order their first provider was given.
-        self.root_ids: tuple[int, ...] = tuple(self._trees)
-        self._ancestors: dict[int, frozenset[int]] = {}
-        self._lineage: dict[int, tuple[int, ...]] = {}
-        self._agg_roots: dict[str, tuple[int, ...]] | None = None
-        self._anchor_cache: dict[int, tuple[int, ...]] = {}
-        self._sharing_by_root: dict[int, tuple[int, ...]] | None = None
-        self._classes: dict[int, dict[str, list[int]]] = {}
+        if len(self._trees) != len(self.root_ids):
+            self.root_ids = tuple(self._trees)
+        if added and not self._lenders_given:
+            self._agg_roots = None
+            self._anchor_cache = {}
+            self._sharing_by_root = None
 
     # -- plain lookups -------------------------------------------------
 
