@@ -57,29 +57,47 @@ def list_allocation_candidates(req: Request) -> webob.Response:
     except UnicodeDecodeError as error:
         raise HTTPError(400, f"Invalid query string parameters: {error}") from None
     request = parse_allocation_candidates(pairs, req.version)
-    with req.app.db.read() as conn:
-        try:
-            names = db.resolve_names(conn, request)
-        except ResourceClassNotFound as error:
-            raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
-        snapshot = db.load_snapshot(conn, request, names)
-    found = _solve(req, request, snapshot)
-    body = {
-        "allocation_requests": _allocation_requests(req, found.allocation_requests),
-        "provider_summaries": _provider_summaries(req, request, found.provider_summaries),
-    }
-    return json_response(req, body)
+    with solver.gc_paused():
+        # One read transaction: the summaries show the usage the solver saw.
+        with req.app.db.read() as conn:
+            try:
+                names = db.resolve_names(conn, request)
+            except ResourceClassNotFound as error:
+                raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
+            candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
+            found = _solve(req, request, candidates)
+            details = db.load_summaries(
+                conn, candidates, [summary.provider.id for summary in found.provider_summaries],
+                all_classes=req.version >= (1, 27), traits=req.version >= (1, 17),
+                class_ids=names.class_ids.values())
+        body = {
+            "allocation_requests": _allocation_requests(req, found.allocation_requests),
+            "provider_summaries": _provider_summaries(req, found.provider_summaries, details),
+        }
+        return json_response(req, body)
 
 
-def _solve(req: Request, request: AllocationCandidatesRequest, snapshot) -> solver.AllocationCandidates:
+def _wanted(req: Request, request: AllocationCandidatesRequest) -> int | None:
+    """How many candidates will be taken in anchor order, if that is known:
+    then trees need loading only until that many are found."""
+    conf = req.app.conf.placement
+    if (request.limit is None or conf.randomize_allocation_candidates
+            or conf.allocation_candidates_generation_strategy != solver.DEPTH_FIRST):
+        return None
+    return request.limit
+
+
+def _solve(req: Request, request: AllocationCandidatesRequest,
+           candidates: db.Candidates) -> solver.AllocationCandidates:
     conf = req.app.conf.placement
     cap = conf.max_allocation_candidates
     safety = cap < 0
     found = solver.find_allocation_candidates(
-        request, snapshot,
+        request, candidates.snapshot,
         max_candidates=SAFETY_CAP if safety else cap,
         strategy=conf.allocation_candidates_generation_strategy,
-        randomize=conf.randomize_allocation_candidates)
+        randomize=conf.randomize_allocation_candidates,
+        anchors=candidates.anchors)
     if safety and found.generated >= SAFETY_CAP:
         LOG.warning("%s: allocation candidates cut at the safety cap of %d (set [placement] "
                     "max_allocation_candidates to choose the cap, or ask with a limit)",
@@ -102,19 +120,20 @@ def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationReq
             for candidate in candidates]
 
 
-def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
-                        summaries: Sequence[solver.ProviderSummary]) -> dict[str, dict]:
+def _provider_summaries(req: Request, summaries: Sequence[solver.ProviderSummary],
+                        details: db.Summaries) -> dict[str, dict]:
+    """Before 1.27 ``details`` hold only the requested classes."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
-    requested = None if req.version >= (1, 27) else set(request.resource_class_names())
+    no_traits: tuple = ()
     result = {}
     for summary in summaries:
         provider = summary.provider
         body: dict = {"resources": {
             rc: {"capacity": inv.capacity, "used": inv.used}
-            for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
+            for rc, inv in details.inventories[provider.id].items()}}
         if with_traits:
-            body["traits"] = list(provider.traits)
+            body["traits"] = list(details.traits.get(provider.id, no_traits))
         if nested:
             body["parent_provider_uuid"] = summary.parent_provider_uuid
             body["root_provider_uuid"] = summary.root_provider_uuid

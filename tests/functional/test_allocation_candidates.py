@@ -1,0 +1,398 @@
+"""GET /allocation_candidates, as the API reference describes it.
+
+Providers, inventories, traits, aggregates and allocations are created
+through the API (``Cloud``), then each test reads candidates: request ->
+expected allocation requests and provider summaries, microversion by
+microversion, then bad input (each answered with Placement's 400 and
+message), then the configuration options and the bounds that keep huge
+answers cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from allotment.api import allocation_candidates as handler
+from allotment.db import allocation_candidates as db
+from tests.conftest import new_uuid
+
+AGG_A = "f918801a-5e54-4bee-9095-09a9d0c786b8"
+AGG_B = "a893eb5c-e2a0-4251-ab26-f71d3b0cfc0b"
+COMPUTE = {"VCPU": {"total": 8, "max_unit": 8}, "MEMORY_MB": {"total": 4096, "max_unit": 4096}}
+
+
+class Cloud:
+    """Builds providers through the API, as a deployment tool would."""
+
+    def __init__(self, api):
+        self.api = api
+        self.names: dict[str, str] = {}
+
+    def provider(self, name: str, parent: str | None = None, *, inventories: dict | None = None,
+                 traits: tuple[str, ...] = (), aggregates: tuple[str, ...] = ()) -> str:
+        body = {"name": name, "uuid": new_uuid()}
+        if parent:
+            body["parent_provider_uuid"] = self.names[parent]
+        resp = self.api.post("/resource_providers", json=body, version="1.39")
+        assert resp.status == 200, resp
+        uuid = self.names[name] = resp.json["uuid"]
+        if inventories:
+            self.put(uuid, "inventories", {"inventories": {
+                rc: spec if isinstance(spec, dict) else {"total": spec} for rc, spec in inventories.items()}})
+        if traits:
+            for trait in traits:
+                if trait.startswith("CUSTOM_"):
+                    assert self.api.put(f"/traits/{trait}", version="1.39").status in (201, 204)
+            self.put(uuid, "traits", {"traits": list(traits)})
+        if aggregates:
+            self.put(uuid, "aggregates", {"aggregates": list(aggregates)})
+        return uuid
+
+    def put(self, uuid: str, what: str, body: dict) -> None:
+        generation = self.api.get(f"/resource_providers/{uuid}", version="1.39").json["generation"]
+        resp = self.api.put(f"/resource_providers/{uuid}/{what}",
+                            json={**body, "resource_provider_generation": generation}, version="1.39")
+        assert resp.status == 200, resp
+
+    def allocate(self, allocations: dict[str, dict[str, int]]) -> str:
+        consumer = new_uuid()
+        resp = self.api.put(f"/allocations/{consumer}", version="1.39", json={
+            "allocations": {self.names[name]: {"resources": res} for name, res in allocations.items()},
+            "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+        assert resp.status == 204, resp
+        return consumer
+
+    def name_of(self, uuid: str) -> str:
+        return {u: n for n, u in self.names.items()}[uuid]
+
+
+@pytest.fixture
+def cloud(api):
+    return Cloud(api)
+
+
+def candidates(api, query: str, version: str = "1.39", status: int = 200) -> dict:
+    resp = api.get(f"/allocation_candidates?{query}", version=version)
+    assert resp.status == status, resp
+    return resp.json
+
+
+def picks(cloud: Cloud, body: dict) -> list[dict[str, dict[str, int]]]:
+    """Allocation requests (1.12+) as {provider name: resources}."""
+    return [{cloud.name_of(uuid): alloc["resources"] for uuid, alloc in areq["allocations"].items()}
+            for areq in body["allocation_requests"]]
+
+
+def assert_400(api, query: str, fragment: str, version: str = "1.39") -> None:
+    resp = api.get(f"/allocation_candidates?{query}", version=version)
+    assert resp.status == 400, resp
+    assert fragment in resp.error()["detail"], resp.error()["detail"]
+
+
+# -- the answer, microversion by microversion -----------------------------------------
+
+def test_one_compute_node_one_candidate(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE, traits=("HW_CPU_X86_AVX2",))
+    body = candidates(api, "resources=VCPU:2,MEMORY_MB:1024")
+    assert picks(cloud, body) == [{"cn1": {"VCPU": 2, "MEMORY_MB": 1024}}]
+    assert body["allocation_requests"][0]["mappings"] == {"": [cloud.names["cn1"]]}
+    assert body["provider_summaries"] == {cloud.names["cn1"]: {
+        "resources": {"VCPU": {"capacity": 8, "used": 0}, "MEMORY_MB": {"capacity": 4096, "used": 0}},
+        "traits": ["HW_CPU_X86_AVX2"],
+        "parent_provider_uuid": None, "root_provider_uuid": cloud.names["cn1"]}}
+
+
+def test_1_10_lists_allocations_and_shows_no_traits_or_cache_headers(api, cloud):
+    cn = cloud.provider("cn1", inventories=COMPUTE, traits=("HW_CPU_X86_AVX2",))
+    resp = api.get("/allocation_candidates?resources=VCPU:1", version="1.10")
+    assert resp.status == 200
+    assert resp.json["allocation_requests"] == [
+        {"allocations": [{"resource_provider": {"uuid": cn}, "resources": {"VCPU": 1}}]}]
+    # Before 1.27 only the requested classes; before 1.17 no traits.
+    assert resp.json["provider_summaries"] == {cn: {"resources": {"VCPU": {"capacity": 8, "used": 0}}}}
+    assert "last-modified" not in resp.headers and "cache-control" not in resp.headers
+
+
+def test_shapes_by_microversion(api, cloud):
+    cn = cloud.provider("cn1", inventories=COMPUTE, traits=("HW_CPU_X86_AVX2",))
+    body = candidates(api, "resources=VCPU:1", version="1.12")
+    assert body["allocation_requests"] == [{"allocations": {cn: {"resources": {"VCPU": 1}}}}]
+    assert candidates(api, "resources=VCPU:1", version="1.17")["provider_summaries"][cn] == {
+        "resources": {"VCPU": {"capacity": 8, "used": 0}}, "traits": ["HW_CPU_X86_AVX2"]}
+    assert set(candidates(api, "resources=VCPU:1", version="1.27")["provider_summaries"][cn]["resources"]) == {
+        "VCPU", "MEMORY_MB"}
+    assert "parent_provider_uuid" not in candidates(api, "resources=VCPU:1", version="1.28")["provider_summaries"][cn]
+    assert "mappings" not in candidates(api, "resources=VCPU:1", version="1.33")["allocation_requests"][0]
+    assert "mappings" in candidates(api, "resources=VCPU:1", version="1.34")["allocation_requests"][0]
+
+
+def test_cache_headers_from_1_15(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE)
+    resp = api.get("/allocation_candidates?resources=VCPU:1", version="1.15")
+    assert resp.headers["cache-control"] == "no-cache"
+    assert resp.headers["last-modified"].endswith("GMT")
+
+
+def test_usage_and_capacity_rules_decide(api, cloud):
+    cloud.provider("full", inventories={"VCPU": 4})
+    cloud.provider("reserved", inventories={"VCPU": {"total": 4, "reserved": 3}})
+    cloud.provider("big_steps", inventories={"VCPU": {"total": 8, "step_size": 4}})
+    cloud.provider("min4", inventories={"VCPU": {"total": 8, "min_unit": 4}})
+    cloud.provider("max1", inventories={"VCPU": {"total": 8, "max_unit": 1}})
+    cloud.provider("overcommit", inventories={"VCPU": {"total": 1, "allocation_ratio": 2.0}})
+    cloud.allocate({"full": {"VCPU": 3}})
+    assert {name for p in picks(cloud, candidates(api, "resources=VCPU:2")) for name in p} == {
+        "overcommit"}
+    assert {name for p in picks(cloud, candidates(api, "resources=VCPU:1")) for name in p} == {
+        "full", "reserved", "max1", "overcommit"}
+    assert {name for p in picks(cloud, candidates(api, "resources=VCPU:4")) for name in p} == {
+        "big_steps", "min4"}
+    summary = candidates(api, "resources=VCPU:1")["provider_summaries"][cloud.names["full"]]
+    assert summary["resources"]["VCPU"] == {"capacity": 4, "used": 3}
+
+
+def test_limit_takes_the_first_and_summarises_only_them(api, cloud):
+    for i in range(6):
+        cloud.provider(f"cn{i}", inventories=COMPUTE)
+    everything = candidates(api, "resources=VCPU:1")
+    assert len(everything["allocation_requests"]) == 6
+    limited = candidates(api, "resources=VCPU:1&limit=2")
+    assert limited["allocation_requests"] == everything["allocation_requests"][:2]
+    assert set(limited["provider_summaries"]) == {
+        uuid for areq in limited["allocation_requests"] for uuid in areq["allocations"]}
+
+
+def test_limit_over_many_roots_reads_trees_in_rounds_and_keeps_the_order(api, cloud, monkeypatch):
+    for i in range(40):
+        cloud.provider(f"cn{i}", inventories=COMPUTE)
+    everything = candidates(api, "resources=VCPU:1")["allocation_requests"]
+    loads = []
+    real_load = db._Trees.load
+
+    def counting_load(self, anchors):
+        anchors = list(anchors)
+        loads.append(len(anchors))
+        return real_load(self, anchors)
+
+    monkeypatch.setattr(db._Trees, "load", counting_load)
+    for limit in (1, 3, 13, 40, 100):
+        loads.clear()
+        got = candidates(api, f"resources=VCPU:1&limit={limit}")["allocation_requests"]
+        assert got == everything[:limit]
+        # Never more trees than candidates asked for (each root yields one).
+        assert sum(loads) <= limit, (limit, loads)
+
+
+def test_nested_tree_summaries_list_the_whole_tree(api, cloud):
+    cloud.provider("cn", inventories={"DISK_GB": 100})
+    cloud.provider("numa0", "cn", inventories=COMPUTE)
+    cloud.provider("numa1", "cn", inventories=COMPUTE)
+    cloud.provider("pf0", "numa0", inventories={"SRIOV_NET_VF": 8}, traits=("CUSTOM_PHYSNET1",))
+    body = candidates(api, "resources=VCPU:1,SRIOV_NET_VF:1&limit=1")
+    assert picks(cloud, body) == [{"numa0": {"VCPU": 1}, "pf0": {"SRIOV_NET_VF": 1}}]
+    summaries = body["provider_summaries"]
+    assert {cloud.name_of(uuid) for uuid in summaries} == {"cn", "numa0", "numa1", "pf0"}
+    assert summaries[cloud.names["pf0"]]["parent_provider_uuid"] == cloud.names["numa0"]
+    assert summaries[cloud.names["pf0"]]["root_provider_uuid"] == cloud.names["cn"]
+    # Providers not holding requested classes are summarised with all their inventory.
+    assert summaries[cloud.names["cn"]]["resources"] == {"DISK_GB": {"capacity": 100, "used": 0}}
+    assert summaries[cloud.names["pf0"]]["traits"] == ["CUSTOM_PHYSNET1"]
+    # Before 1.29 a candidate may not combine providers of one tree.
+    assert candidates(api, "resources=VCPU:1,SRIOV_NET_VF:1", version="1.28")["allocation_requests"] == []
+
+
+def test_granular_groups_isolation_and_same_subtree(api, cloud):
+    cloud.provider("cn")
+    cloud.provider("numa0", "cn", inventories=COMPUTE)
+    cloud.provider("numa1", "cn", inventories=COMPUTE)
+    cloud.provider("gpu0", "numa0", inventories={"VGPU": 1})
+    cloud.provider("gpu1", "numa1", inventories={"VGPU": 1})
+    isolated = picks(cloud, candidates(
+        api, "resources_A=VGPU:1&resources_B=VGPU:1&group_policy=isolate"))
+    assert sorted(sorted(p) for p in isolated) == [["gpu0", "gpu1"], ["gpu0", "gpu1"]]
+    affine = picks(cloud, candidates(
+        api, "resources_CPU=VCPU:1&resources_GPU=VGPU:1&same_subtree=_CPU,_GPU&group_policy=none"))
+    assert sorted(sorted(p) for p in affine) == [["gpu0", "numa0"], ["gpu1", "numa1"]]
+    body = candidates(api, "resources_CPU=VCPU:1&resources_GPU=VGPU:1&same_subtree=_CPU,_GPU"
+                           "&group_policy=none&limit=1")
+    assert body["allocation_requests"][0]["mappings"] == {
+        "_CPU": [cloud.names["numa0"]], "_GPU": [cloud.names["gpu0"]]}
+
+
+def test_sharing_provider_lends_through_an_aggregate(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE, aggregates=(AGG_A,))
+    cloud.provider("cn2", inventories=COMPUTE, aggregates=(AGG_B,))
+    cloud.provider("ss", inventories={"DISK_GB": 1000}, traits=("MISC_SHARES_VIA_AGGREGATE",),
+                   aggregates=(AGG_A,))
+    body = candidates(api, "resources=VCPU:1,DISK_GB:10")
+    assert picks(cloud, body) == [{"cn1": {"VCPU": 1}, "ss": {"DISK_GB": 10}}]
+    assert set(body["provider_summaries"]) == {cloud.names["cn1"], cloud.names["ss"]}
+    # The same through lazily loaded rounds (a limit): the lender's tree comes along.
+    assert picks(cloud, candidates(api, "resources=VCPU:1,DISK_GB:10&limit=5")) == picks(cloud, body)
+    # Disk alone: the sharing provider once, not once per tree it serves.
+    assert picks(cloud, candidates(api, "resources=DISK_GB:10")) == [{"ss": {"DISK_GB": 10}}]
+
+
+def test_traits_aggregates_and_roots_filter(api, cloud):
+    cloud.provider("fast", inventories=COMPUTE, traits=("HW_CPU_X86_AVX2",), aggregates=(AGG_A,))
+    cloud.provider("slow", inventories=COMPUTE, traits=("CUSTOM_MAINTENANCE",), aggregates=(AGG_B,))
+
+    def names(query):
+        return sorted(name for p in picks(cloud, candidates(api, query)) for name in p)
+
+    assert names("resources=VCPU:1&required=HW_CPU_X86_AVX2") == ["fast"]
+    assert names("resources=VCPU:1&required=!CUSTOM_MAINTENANCE") == ["fast"]
+    assert names("resources=VCPU:1&required=in:HW_CPU_X86_AVX2,CUSTOM_MAINTENANCE") == ["fast", "slow"]
+    assert names(f"resources=VCPU:1&member_of={AGG_B}") == ["slow"]
+    assert names(f"resources=VCPU:1&member_of=!{AGG_B}") == ["fast"]
+    assert names(f"resources=VCPU:1&member_of=in:{AGG_A},{AGG_B}") == ["fast", "slow"]
+    assert names(f"resources=VCPU:1&member_of={new_uuid()}") == []
+    assert names("resources=VCPU:1&root_required=!CUSTOM_MAINTENANCE") == ["fast"]
+    assert names(f"resources=VCPU:1&in_tree={cloud.names['slow']}") == ["slow"]
+    # An in_tree provider that does not exist: no candidates, not an error.
+    assert names(f"resources=VCPU:1&in_tree={new_uuid()}") == []
+
+
+def test_resourceless_group_names_a_provider_of_the_subtree(api, cloud):
+    cloud.provider("cn")
+    cloud.provider("numa0", "cn", inventories=COMPUTE, traits=("CUSTOM_NUMA",))
+    cloud.provider("pf0", "numa0", inventories={"SRIOV_NET_VF": 4})
+    body = candidates(api, "resources_NET=SRIOV_NET_VF:1&required_NUMA=CUSTOM_NUMA"
+                           "&same_subtree=_NET,_NUMA&group_policy=none")
+    assert picks(cloud, body) == [{"pf0": {"SRIOV_NET_VF": 1}}]
+    assert body["allocation_requests"][0]["mappings"] == {
+        "_NET": [cloud.names["pf0"]], "_NUMA": [cloud.names["numa0"]]}
+
+
+# -- bad input: Placement's 400s and messages ---------------------------------------------
+
+def test_bad_queries_are_400_with_placement_messages(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE)
+    assert_400(api, "resources=MCPU:1", "Invalid resource class in resources parameter: "
+                                        "No such resource class MCPU.")
+    assert_400(api, "resources=VCPU:1&required=CUSTOM_NOPE", "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources=VCPU:1&root_required=CUSTOM_NOPE", "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources1=VCPU:1&required1=CUSTOM_A,CUSTOM_B&group_policy=none",
+               "No such trait(s): CUSTOM_A, CUSTOM_B.")
+    assert_400(api, "", "'resources' is a required property", version="1.24")
+    assert_400(api, "resources=", "Badly formed resources parameter")
+    assert_400(api, "resources=VCPU:0", "Requested resource VCPU requires amount >= 1. Got: 0.")
+    assert_400(api, "resources=VCPU:x", "Requested resource VCPU expected positive integer amount")
+    assert_400(api, "resources=VCPU:1&limit=0", "Invalid query string parameters")
+    assert_400(api, "resources=VCPU:1&limit=1", "'limit' was unexpected", version="1.15")
+    assert_400(api, "resources=VCPU:1&bogus=1", "Invalid query string parameters")
+    assert_400(api, "resources=VCPU:1&in_tree=not-a-uuid", "Expected 'in_tree' parameter to be a format of uuid")
+    assert_400(api, "resources=VCPU:1&member_of=not-a-uuid", "Expected 'member_of' parameter to contain valid UUID")
+    assert_400(api, "resources1=VCPU:1&resources2=VCPU:1",
+               'The "group_policy" parameter is required when specifying more than one "resources{N}" parameter.')
+    assert_400(api, "resources_X=VCPU:1&same_subtree=_X,_Y&group_policy=none",
+               "Real suffixes should be specified in `same_subtree`")
+    assert_400(api, "resources=VCPU:1&required=CUSTOM_X,!CUSTOM_X", "Conflicting required and forbidden traits")
+
+
+def test_before_1_10_there_is_no_such_resource(api):
+    assert api.get("/allocation_candidates?resources=VCPU:1", version="1.9").status == 404
+
+
+def test_reading_changes_nothing(api, cloud, app):
+    cn = cloud.provider("cn1", inventories=COMPUTE)
+    before = api.get(f"/resource_providers/{cn}", version="1.39").json["generation"]
+    candidates(api, "resources=VCPU:1")
+    assert_400(api, "resources=MCPU:1", "Invalid resource class")
+    assert api.get(f"/resource_providers/{cn}", version="1.39").json["generation"] == before
+
+
+# -- configuration -------------------------------------------------------------------------
+
+def test_max_allocation_candidates_caps_generation(api, cloud, app):
+    for i in range(5):
+        cloud.provider(f"cn{i}", inventories=COMPUTE)
+    app.conf.set_override("max_allocation_candidates", 3, group="placement")
+    assert len(candidates(api, "resources=VCPU:1")["allocation_requests"]) == 3
+    assert len(candidates(api, "resources=VCPU:1&limit=2")["allocation_requests"]) == 2
+
+
+def test_breadth_first_spreads_a_cap_over_roots(api, cloud, app):
+    for i in range(3):
+        cloud.provider(f"cn{i}")
+        for j in range(3):
+            cloud.provider(f"gpu{i}{j}", f"cn{i}", inventories={"VGPU": 1})
+    app.conf.set_override("max_allocation_candidates", 3, group="placement")
+    depth = picks(cloud, candidates(api, "resources=VGPU:1"))
+    assert {name[:4] for p in depth for name in p} == {"gpu0"}
+    app.conf.set_override("allocation_candidates_generation_strategy", "breadth-first", group="placement")
+    breadth = picks(cloud, candidates(api, "resources=VGPU:1"))
+    assert {name[:4] for p in breadth for name in p} == {"gpu0", "gpu1", "gpu2"}
+
+
+def test_randomize_picks_a_random_subset(api, cloud, app):
+    for i in range(12):
+        cloud.provider(f"cn{i}", inventories=COMPUTE)
+    everything = candidates(api, "resources=VCPU:1")["allocation_requests"]
+    app.conf.set_override("randomize_allocation_candidates", True, group="placement")
+    seen = []
+    for _ in range(5):
+        got = candidates(api, "resources=VCPU:1&limit=4")["allocation_requests"]
+        assert len(got) == 4 and all(areq in everything for areq in got)
+        seen.append(got)
+    assert any(got != seen[0] for got in seen[1:])
+
+
+# -- combinatorial explosions stay cheap ------------------------------------------------------
+
+def _wide_host(cloud: Cloud, gpus: int = 4, vgpus: int = 8) -> None:
+    """One host, ``gpus`` GPUs of ``vgpus`` single-VGPU devices: 4 isolated
+    groups have (gpus*vgpus)!/(gpus*vgpus-4)! candidates."""
+    cloud.provider("host", inventories=COMPUTE)
+    for g in range(gpus):
+        cloud.provider(f"gpu{g}", "host", traits=("CUSTOM_GPU",))
+        for v in range(vgpus):
+            cloud.provider(f"vgpu{g}.{v}", f"gpu{g}", inventories={"VGPU": 1}, traits=("CUSTOM_GPU",))
+
+
+FOUR_VGPUS = ("resources=VCPU:1&resources1=VGPU:1&resources2=VGPU:1&resources3=VGPU:1"
+              "&resources4=VGPU:1&group_policy=isolate")
+
+
+def test_wide_tree_with_a_limit_stops_early(api, cloud):
+    _wide_host(cloud)  # 32*31*30*29 = 863,040 candidates
+    started = time.monotonic()
+    body = candidates(api, FOUR_VGPUS + "&limit=50")
+    assert time.monotonic() - started < 5
+    assert len(body["allocation_requests"]) == 50
+    for p in picks(cloud, body):
+        vgpus = [name for name in p if name.startswith("vgpu")]
+        assert len(vgpus) == 4 and p["host"] == {"VCPU": 1}
+    # The summaries describe the one tree, once.
+    assert len(body["provider_summaries"]) == 1 + 4 + 32
+
+
+def test_without_a_limit_the_safety_cap_bounds_the_answer_and_is_logged(api, cloud, monkeypatch, caplog):
+    _wide_host(cloud)
+    monkeypatch.setattr(handler, "SAFETY_CAP", 500)
+    with caplog.at_level(logging.WARNING, logger=handler.__name__):
+        body = candidates(api, FOUR_VGPUS)
+    assert len(body["allocation_requests"]) == 500
+    assert "safety cap of 500" in caplog.text
+    caplog.clear()
+    # A configured max_allocation_candidates is the operator's choice: no warning.
+    api.application.conf.set_override("max_allocation_candidates", 200, group="placement")
+    with caplog.at_level(logging.WARNING, logger=handler.__name__):
+        assert len(candidates(api, FOUR_VGPUS)["allocation_requests"]) == 200
+    assert "safety cap" not in caplog.text
+
+
+def test_small_answers_do_not_log_the_safety_cap(api, cloud, caplog):
+    cloud.provider("cn1", inventories=COMPUTE)
+    with caplog.at_level(logging.WARNING, logger=handler.__name__):
+        candidates(api, "resources=VCPU:1")
+    assert "safety cap" not in caplog.text
+
+
+def test_no_fitting_device_answers_without_search(api, cloud):
+    _wide_host(cloud)
+    body = candidates(api, "resources=VCPU:1&resources1=VGPU:2&group_policy=none")
+    assert body == {"allocation_requests": [], "provider_summaries": {}}
