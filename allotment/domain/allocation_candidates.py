@@ -69,7 +69,7 @@ STRATEGIES = (DEPTH_FIRST, BREADTH_FIRST)
 # Results
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class AllocationRequest:
     """One candidate, ready to be shaped into JSON.
 
@@ -85,7 +85,7 @@ class AllocationRequest:
     provider_ids: tuple[int, ...]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class ProviderSummary:
     """A provider to list under ``provider_summaries``.
 
@@ -309,6 +309,11 @@ class _Slot:
     single: bool
     #: Key shared by slots whose provider predicate is identical.
     signature: tuple
+    #: Whether the group has member_of rules (asked once, not per provider).
+    has_aggregates: bool = False
+
+    def __post_init__(self) -> None:
+        self.has_aggregates = bool(self.group.aggregates)
 
 
 class _Plan:
@@ -354,7 +359,8 @@ class _Plan:
         self._seen: set = set()
         #: Whether any sharing provider lends outside its tree: otherwise
         #: no candidate can be reached from two anchors.
-        self.lending = bool(snapshot.sharing_providers_by_anchor())
+        self.lenders = snapshot.sharing_providers_by_anchor()
+        self.lending = bool(self.lenders)
         self.check_traits = (self.unsuffixed is not None
                              and bool(self.unsuffixed.traits.required))
         self.slot_count = len(self.slots)
@@ -443,7 +449,7 @@ class _Plan:
         some slot has none.  Slots with identical requirements share one
         list."""
         snapshot = self.snapshot
-        sharing = snapshot.sharing_providers_by_anchor().get(root, ())
+        sharing = self.lenders.get(root, ())
         by_class = snapshot.tree_by_class(root)
         memo: dict[tuple, list[int]] = {}
         domains = []
@@ -495,14 +501,15 @@ class _Plan:
         trait, and the aggregate rules (an aggregate on the root spans its
         tree; a sharing provider must be a member itself)."""
         grp = slot.group
-        if grp.in_tree and self.in_tree_roots[grp.in_tree] != root:
+        in_tree = grp.in_tree
+        if in_tree and self.in_tree_roots[in_tree] != root:
             return []
         get = self.snapshot.get
-        aggs = grp.aggregates
+        aggs = grp.aggregates if slot.has_aggregates else None
         forbidden = grp.traits.forbidden
         (rc, amount), = slot.amounts
         root_member = True
-        if aggs:
+        if aggs is not None:
             root_aggs = get(root).aggregates
             if aggs.forbids_any(root_aggs):
                 return []
@@ -514,11 +521,12 @@ class _Plan:
                 continue
             if forbidden and not forbidden.isdisjoint(prov.traits):
                 continue
-            if aggs and (aggs.forbids_any(prov.aggregates) or not (
-                    root_member or aggs.satisfied_by(prov.aggregates))):
+            if aggs is not None and (
+                    aggs.forbids_any(prov.aggregates) or not (
+                        root_member or aggs.satisfied_by(prov.aggregates))):
                 continue
             domain.append(pid)
-        if grp.in_tree:
+        if in_tree or not sharing:
             return domain
         for pid in sharing:
             prov = get(pid)
@@ -527,7 +535,7 @@ class _Plan:
                 continue
             if forbidden and not forbidden.isdisjoint(prov.traits):
                 continue
-            if aggs and not aggs.matches(prov.aggregates):
+            if aggs is not None and not aggs.matches(prov.aggregates):
                 continue
             domain.append(pid)
         return domain
@@ -628,7 +636,12 @@ class _Search:
                 self.isolated.add(pid)
             for rc, amount in slot.amounts:
                 key = (pid, rc)
-                total = load.get(key, 0) + amount
+                before = load.get(key)
+                if before is None:
+                    # A domain's providers fit their slot's amounts alone.
+                    load[key] = amount
+                    continue
+                total = before + amount
                 if total > self._limit(pid, rc):
                     return None
                 load[key] = total
@@ -654,10 +667,15 @@ class _Search:
             fits = True
             for rc, amount in slot.amounts:
                 key = (pid, rc)
-                total = load.get(key, 0) + amount
-                if total > self._limit(pid, rc):
-                    fits = False
-                    break
+                before = load.get(key)
+                if before is None:
+                    # A domain's providers fit their slot's amounts alone.
+                    total = amount
+                else:
+                    total = before + amount
+                    if total > self._limit(pid, rc):
+                        fits = False
+                        break
                 load[key] = total
                 added.append((key, amount))
             if fits:

@@ -1572,3 +1572,135 @@ def test_limit_returns_a_prefix(problem, limit):
     limited = dataclasses.replace(request, limit=limit)
     got = solver_keys(ac.find_allocation_candidates(limited, snap))
     assert got == everything[:limit]
+
+
+# ---------------------------------------------------------------------------
+# Trees added as the search goes (the database layer's rounds under a limit)
+# ---------------------------------------------------------------------------
+
+def _lazy_twin(snap: ProviderSnapshot, request: rg.AllocationCandidatesRequest):
+    """An empty snapshot told the lenders up front, and anchors that add
+    each root's tree (and its lenders' trees) just before yielding it."""
+    lenders = snap.sharing_providers_by_anchor()
+    lazy = ProviderSnapshot(sharing_lenders=lenders)
+    added: set[int] = set()
+
+    def add(root):
+        if root not in added:
+            added.add(root)
+            lazy.add(snap.get(pid) for pid in snap.tree(root))
+
+    for grp in request.groups:
+        if grp.in_tree and snap.by_uuid(grp.in_tree) is not None:
+            add(snap.by_uuid(grp.in_tree).root_id)
+
+    def anchors():
+        for root in snap.root_ids:
+            add(root)
+            for lender in lenders.get(root, ()):
+                add(snap.get(lender).root_id)
+            yield root
+
+    return lazy, anchors()
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.none() | st.integers(1, 4))
+def test_lazily_added_trees_give_the_same_answer(problem, limit):
+    snap, request = problem
+    request = dataclasses.replace(request, limit=limit)
+    eager = ac.find_allocation_candidates(request, snap)
+    lazy_snap, anchors = _lazy_twin(snap, request)
+    lazy = ac.find_allocation_candidates(request, lazy_snap, anchors=anchors)
+    assert solver_keys(lazy) == solver_keys(eager)
+    assert {s.uuid for s in lazy.provider_summaries} == {
+        s.uuid for s in eager.provider_summaries}
+
+
+class TestSnapshotAdd:
+    def test_add_checks_completeness_and_keeps_order(self):
+        snap = ProviderSnapshot()
+        snap.add([Provider(id=5, uuid="e")])
+        snap.add([Provider(id=2, uuid="b"),
+                  Provider(id=3, uuid="c", parent_id=2, root_id=2)])
+        assert snap.root_ids == (5, 2)
+        assert snap.tree(2) == [2, 3]
+        with pytest.raises(ValueError):
+            snap.add([Provider(id=9, uuid="i", parent_id=8, root_id=8)])
+        with pytest.raises(ValueError):
+            snap.add([Provider(id=5, uuid="e")])
+
+    def test_given_lenders_replace_the_aggregate_derivation(self):
+        snap = ProviderSnapshot(sharing_lenders={1: [7]})
+        snap.add([Provider(id=1, uuid="a")])
+        assert snap.sharing_providers_by_anchor() == {1: (7,)}
+
+    def test_derived_lenders_follow_added_trees(self):
+        snap = ProviderSnapshot([Provider(
+            id=1, uuid="ss", traits=(SHARING_TRAIT,), aggregates={AGG_A},
+            inventories={"DISK_GB": ProviderInventory(total=10)})])
+        assert snap.sharing_providers_by_anchor() == {}
+        snap.add([Provider(id=2, uuid="cn", aggregates={AGG_A})])
+        assert snap.sharing_providers_by_anchor() == {2: (1,)}
+
+
+# ---------------------------------------------------------------------------
+# Pausing the collector with several threads
+# ---------------------------------------------------------------------------
+
+class TestCollectorPause:
+    def test_off_while_any_holder_is_inside(self):
+        import gc
+        import threading
+
+        pause = ac._CollectorPause()
+        assert gc.isenabled()
+        first_in, second_in, first_out = (threading.Event() for _ in range(3))
+        seen = []
+
+        def first():
+            with pause():
+                first_in.set()
+                second_in.wait(5)
+            first_out.set()
+
+        def second():
+            first_in.wait(5)
+            with pause():
+                second_in.set()
+                first_out.wait(5)
+                seen.append(gc.isenabled())  # the first left: still off
+
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert seen == [False]
+        assert gc.isenabled()
+
+    def test_leaves_a_disabled_collector_disabled(self):
+        import gc
+
+        pause = ac._CollectorPause()
+        gc.disable()
+        try:
+            with pause():
+                pass
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+
+    def test_overlapping_holders_collect_after_the_limit(self, monkeypatch):
+        import gc
+
+        pause = ac._CollectorPause()
+        pause.MAX_PAUSE = 0.0
+        collected = []
+        monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+        with pause():
+            with pause():
+                time.sleep(0.01)
+            assert collected == [1]
+        assert gc.isenabled()
