@@ -58,23 +58,28 @@ def list_allocation_candidates(req: Request) -> webob.Response:
         raise HTTPError(400, f"Invalid query string parameters: {error}") from None
     request = parse_allocation_candidates(pairs, req.version)
     with solver.gc_paused():
-        # One read transaction: the summaries show the usage the solver saw.
-        with req.app.db.read() as conn:
-            try:
-                names = db.resolve_names(conn, request)
-            except ResourceClassNotFound as error:
-                raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
-            candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
-            found = _solve(req, request, candidates)
-            details = db.load_summaries(
-                conn, candidates, [summary.provider.id for summary in found.provider_summaries],
-                all_classes=req.version >= (1, 27), traits=req.version >= (1, 17),
-                class_ids=names.class_ids.values())
-        body = {
-            "allocation_requests": _allocation_requests(req, found.allocation_requests),
-            "provider_summaries": _provider_summaries(req, found.provider_summaries, details),
-        }
-        return json_response(req, body)
+        # The answer's objects are all freed (by reference counting) when
+        # _answer returns, before the collector resumes: it then has no
+        # backlog of young objects to walk.
+        return json_response(req, _answer(req, request))
+
+
+def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
+    # One read transaction: the summaries show the usage the solver saw.
+    with req.app.db.read() as conn:
+        try:
+            names = db.resolve_names(conn, request)
+        except ResourceClassNotFound as error:
+            raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
+        candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
+        found = _solve(req, request, candidates)
+        inventories = db.load_summaries(
+            conn, candidates, [summary.provider.id for summary in found.provider_summaries],
+            all_classes=req.version >= (1, 27), class_ids=names.class_ids.values())
+    return {
+        "allocation_requests": _allocation_requests(req, found.allocation_requests),
+        "provider_summaries": _provider_summaries(req, found.provider_summaries, inventories),
+    }
 
 
 def _wanted(req: Request, request: AllocationCandidatesRequest) -> int | None:
@@ -121,19 +126,19 @@ def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationReq
 
 
 def _provider_summaries(req: Request, summaries: Sequence[solver.ProviderSummary],
-                        details: db.Summaries) -> dict[str, dict]:
-    """Before 1.27 ``details`` hold only the requested classes."""
+                        inventories: dict[int, dict]) -> dict[str, dict]:
+    """``inventories``: each provider's, complete (only the requested
+    classes before 1.27)."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
-    no_traits: tuple = ()
     result = {}
     for summary in summaries:
         provider = summary.provider
         body: dict = {"resources": {
             rc: {"capacity": inv.capacity, "used": inv.used}
-            for rc, inv in details.inventories[provider.id].items()}}
+            for rc, inv in inventories[provider.id].items()}}
         if with_traits:
-            body["traits"] = list(details.traits.get(provider.id, no_traits))
+            body["traits"] = provider.traits  # a tuple: orjson writes an array
         if nested:
             body["parent_provider_uuid"] = summary.parent_provider_uuid
             body["root_provider_uuid"] = summary.root_provider_uuid

@@ -416,13 +416,19 @@ def _fitting_inventories(conn: Connection, request: AllocationCandidatesRequest,
     """Every inventory of a requested class that can take a requested amount now."""
     shape, params, amounts_of = _fitting_shape(request, names, sharing)
     found = []
-    for pid, root, class_id, *fields, used in _rows(conn, _fitting_statement(shape), params):
-        inventory = ProviderInventory(*fields, used=int(used))
-        for amount in amounts_of[class_id]:
+    for row in _rows(conn, _fitting_statement(shape), params):
+        inventory = _inventory(row, 3)
+        for amount in amounts_of[row[2]]:
             if inventory.fits(amount):
-                found.append((pid, root, class_id, inventory))
+                found.append((row[0], row[1], row[2], inventory))
                 break
     return found
+
+
+def _inventory(row: sa.Row, at: int) -> ProviderInventory:
+    """The inventory whose _INVENTORY_FIELDS start at column ``at``."""
+    return ProviderInventory(row[at], row[at + 1], row[at + 2], row[at + 3], row[at + 4], row[at + 5],
+                             int(row[at + 6]))
 
 
 # ---------------------------------------------------------------------------
@@ -463,6 +469,75 @@ def _anchor_roots(request: AllocationCandidatesRequest, names: Names, sharing: _
         only = names.in_tree_roots[unsuffixed.in_tree]
         anchors = [root for root in anchors if root == only]
     return anchors, lenders
+
+
+# ---------------------------------------------------------------------------
+# Traits, cached per provider generation
+# ---------------------------------------------------------------------------
+
+# Every listed provider, with or without traits, with the generation read
+# in the same statement (the pair is what the cache keeps).
+_PROVIDER_TRAITS = (sa.select(RP.c.id, RP.c.uuid, RP.c.generation, TRAITS.c.name)
+                   .select_from(RP.outerjoin(RP_TRAITS, RP_TRAITS.c.resource_provider_id == RP.c.id)
+                                .outerjoin(TRAITS, TRAITS.c.id == RP_TRAITS.c.trait_id))
+                   .where(RP.c.id.in_(_many("ids")))
+                   .order_by(RP.c.id, RP_TRAITS.c.trait_id))
+
+
+class _TraitCache:
+    """A provider's traits, by (id, uuid, generation), for this process.
+
+    Sound with any number of processes writing: every change to a
+    provider's traits bumps its generation in the same transaction
+    (:mod:`allotment.db.traits`), and the generation a request compares
+    with is the one its own snapshot read.  Bounded: cleared when full.
+    """
+
+    MAX_ENTRIES = 200_000
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[str, int, tuple[str, ...]]] = {}
+
+    def get(self, provider_id: int, uuid: str, generation: int) -> tuple[str, ...] | None:
+        entry = self._entries.get(provider_id)
+        if entry is not None and entry[1] == generation and entry[0] == uuid:
+            return entry[2]
+        return None
+
+    def put(self, provider_id: int, uuid: str, generation: int, traits: tuple[str, ...]) -> None:
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries = {}
+        self._entries[provider_id] = (uuid, generation, traits)
+
+
+_TRAITS = _TraitCache()
+
+
+def _traits_of(conn: Connection, providers: Iterable[tuple[int, str, int]]) -> dict[int, tuple[str, ...]]:
+    """All traits of these (id, uuid, generation) providers: from the cache
+    where it holds that generation, else read (one statement) and kept."""
+    found: dict[int, tuple[str, ...]] = {}
+    missing = []
+    for pid, uuid, generation in providers:
+        known = _TRAITS.get(pid, uuid, generation)
+        if known is None:
+            missing.append(pid)
+        else:
+            found[pid] = known
+    if missing:
+        read: dict[int, list[str]] = {}
+        seen: dict[int, tuple[str, int]] = {}
+        for pid, uuid, generation, name in _rows(conn, _PROVIDER_TRAITS, {"ids": missing}):
+            names = read.get(pid)
+            if names is None:
+                names = read[pid] = []
+                seen[pid] = (uuid, generation)
+            if name is not None:
+                names.append(name)
+        for pid, names in read.items():
+            found[pid] = traits = tuple(names)
+            _TRAITS.put(pid, *seen[pid], traits)
+    return found
 
 
 # ---------------------------------------------------------------------------
@@ -530,9 +605,6 @@ _TREE_PROVIDERS = (sa.select(RP.c.id, RP.c.uuid, RP.c.parent_provider_id, _ROOT,
                              _INVENTORY_COUNT)
                    .where(_in_trees(RP.c.root_provider_id, RP.c.id))
                    .order_by(RP.c.id))
-_TREE_TRAITS = (sa.select(RP_TRAITS.c.resource_provider_id, RP_TRAITS.c.trait_id)
-                .join(RP, RP.c.id == RP_TRAITS.c.resource_provider_id)
-                .where(_in_trees(RP.c.root_provider_id, RP.c.id), RP_TRAITS.c.trait_id.in_(_many("traits"))))
 _TREE_AGGREGATES = (sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
                     .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
                     .join(RP, RP.c.id == RP_AGG.c.resource_provider_id)
@@ -555,9 +627,8 @@ class _Trees:
         class_names = {class_id: name for name, class_id in names.class_ids.items()}
         for pid, _, class_id, inventory in rows:
             self._inventories.setdefault(pid, {})[class_names[class_id]] = inventory
-        # Only the traits the request names (and the sharing trait), and
+        # All traits (cached by generation; the summaries show them), but
         # only the aggregates of sharing providers and of member_of.
-        self._trait_names = {trait_id: name for name, trait_id in names.trait_ids.items()}
         self._aggregates = sorted(sharing.members.keys() | set(names.aggregate_ids.values()))
 
     def in_rounds(self, anchors: Sequence[int], wanted: int) -> Iterator[int]:
@@ -585,20 +656,15 @@ class _Trees:
         self._loaded |= roots
         params = {"roots": sorted(roots)}
         providers = _rows(self.conn, _TREE_PROVIDERS, params)
-        traits: dict[int, list[str]] = {}
-        if self._trait_names:
-            for pid, trait_id in _rows(self.conn, _TREE_TRAITS, {**params, "traits": sorted(self._trait_names)}):
-                traits.setdefault(pid, []).append(self._trait_names[trait_id])
+        traits = _traits_of(self.conn, ((row[0], row[1], row[4]) for row in providers))
         aggregates: dict[int, set[str]] = {}
         if self._aggregates:
             for pid, uuid in _rows(self.conn, _TREE_AGGREGATES, {**params, "aggregates": self._aggregates}):
                 aggregates.setdefault(pid, set()).add(uuid)
         empty: dict = {}
-        no_traits: tuple = ()
         self.snapshot.add(
             Provider(id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
-                     traits=tuple(traits[pid]) if pid in traits else no_traits,
-                     aggregates=aggregates.get(pid, frozenset()),
+                     traits=traits[pid], aggregates=aggregates.get(pid, frozenset()),
                      inventories=self._inventories.get(pid, empty))
             for pid, uuid, parent, root, generation, _ in providers)
         for row in providers:
@@ -609,29 +675,16 @@ class _Trees:
 # Step 6: what the provider summaries show
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class Summaries:
-    """Complete inventories (with usage) and traits of summarised providers."""
-
-    inventories: dict[int, dict[str, ProviderInventory]]
-    traits: dict[int, tuple[str, ...]]
-
-
 _SUMMARY_INVENTORIES = (sa.select(INV.c.resource_provider_id, RC.c.name, *_INVENTORY_FIELDS)
                         .join(RC, RC.c.id == INV.c.resource_class_id)
                         .where(INV.c.resource_provider_id.in_(_many("ids")))
                         .order_by(INV.c.resource_provider_id, INV.c.resource_class_id))
 _SUMMARY_REQUESTED_INVENTORIES = _SUMMARY_INVENTORIES.where(INV.c.resource_class_id.in_(_many("classes")))
-_SUMMARY_TRAITS = (sa.select(RP_TRAITS.c.resource_provider_id, TRAITS.c.name)
-                   .join(TRAITS, TRAITS.c.id == RP_TRAITS.c.trait_id)
-                   .where(RP_TRAITS.c.resource_provider_id.in_(_many("ids")))
-                   .order_by(RP_TRAITS.c.resource_provider_id, RP_TRAITS.c.trait_id))
-
-
 def load_summaries(conn: Connection, candidates: Candidates, provider_ids: Collection[int], *,
-                   all_classes: bool, traits: bool,
-                   class_ids: Collection[int] = ()) -> Summaries:
-    """Inventories and traits of the providers listed in the summaries.
+                   all_classes: bool, class_ids: Collection[int] = ()
+                   ) -> dict[int, dict[str, ProviderInventory]]:
+    """Complete inventories (with usage) of the providers listed in the
+    summaries (their traits are in the snapshot already).
 
     With ``all_classes`` the snapshot's inventories are reused when they
     are all the provider has; otherwise (before 1.27: only ``class_ids``
@@ -653,10 +706,6 @@ def load_summaries(conn: Connection, candidates: Candidates, provider_ids: Colle
             rows = _rows(conn, _SUMMARY_INVENTORIES, {"ids": missing})
         else:
             rows = _rows(conn, _SUMMARY_REQUESTED_INVENTORIES, {"ids": missing, "classes": sorted(class_ids)})
-        for pid, rc, *fields, used in rows:
-            inventories[pid][rc] = ProviderInventory(*fields, used=int(used))
-    found_traits: dict[int, list[str]] = {}
-    if traits and provider_ids:
-        for pid, name in _rows(conn, _SUMMARY_TRAITS, {"ids": sorted(provider_ids)}):
-            found_traits.setdefault(pid, []).append(name)
-    return Summaries(inventories, {pid: tuple(names) for pid, names in found_traits.items()})
+        for row in rows:
+            inventories[row[0]][row[1]] = _inventory(row, 2)
+    return inventories

@@ -154,6 +154,20 @@ def test_usage_and_capacity_rules_decide(api, cloud):
     assert summary["resources"]["VCPU"] == {"capacity": 4, "used": 3}
 
 
+def test_summaries_follow_trait_and_inventory_changes(api, cloud):
+    cn = cloud.provider("cn1", inventories=COMPUTE, traits=("HW_CPU_X86_AVX2",))
+    assert candidates(api, "resources=VCPU:1")["provider_summaries"][cn]["traits"] == ["HW_CPU_X86_AVX2"]
+    assert api.put("/traits/CUSTOM_GOLD", version="1.39").status == 201
+    cloud.put(cn, "traits", {"traits": ["HW_CPU_X86_SSE", "CUSTOM_GOLD"]})
+    summary = candidates(api, "resources=VCPU:1")["provider_summaries"][cn]
+    assert sorted(summary["traits"]) == ["CUSTOM_GOLD", "HW_CPU_X86_SSE"]
+    cloud.put(cn, "traits", {"traits": []})
+    assert candidates(api, "resources=VCPU:1")["provider_summaries"][cn]["traits"] == []
+    cloud.put(cn, "inventories", {"inventories": {"VCPU": {"total": 2}}})
+    assert candidates(api, "resources=VCPU:1")["provider_summaries"][cn]["resources"] == {
+        "VCPU": {"capacity": 2, "used": 0}}
+
+
 def test_limit_takes_the_first_and_summarises_only_them(api, cloud):
     for i in range(6):
         cloud.provider(f"cn{i}", inventories=COMPUTE)
