@@ -364,6 +364,18 @@ class _Plan:
         self.check_traits = (self.unsuffixed is not None
                              and bool(self.unsuffixed.traits.required))
         self.slot_count = len(self.slots)
+        # For trees of one provider (see _lone): what every slot together
+        # puts on it, and the classes asked for by more than one slot.
+        self._lone_amounts: dict[str, int] = {}
+        asked: dict[str, int] = {}
+        for slot in self.slots:
+            for rc, amount in slot.amounts:
+                self._lone_amounts[rc] = self._lone_amounts.get(rc, 0) + amount
+                asked[rc] = asked.get(rc, 0) + 1
+        self._lone_shared = [rc for rc, count in asked.items() if count > 1]
+        self._lone_suffixes = list(dict.fromkeys(slot.suffix for slot in self.slots))
+        self._lone_isolation_fails = self.isolate and sum(
+            1 for slot in self.slots if slot.single) > 1
 
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
@@ -544,6 +556,11 @@ class _Plan:
 
     def candidates_at(self, root: int) -> Iterable[AllocationRequest]:
         """All candidates anchored at ``root``, lazily."""
+        snapshot = self.snapshot
+        if len(snapshot.tree(root)) == 1 and not (
+                self.lending and (root in self.lenders
+                                  or snapshot.get(root).is_sharing)):
+            return self._lone(root)
         domains = self._domains(root)
         if domains is None:
             return ()
@@ -555,6 +572,54 @@ class _Plan:
         # check, without the search's generators.
         found = search.only()
         return (found,) if found is not None else ()
+
+    def _lone(self, root: int) -> tuple[AllocationRequest, ...]:
+        """The candidates of a tree of one provider that borrows nothing
+        (flat compute nodes): every slot on that provider, or none.
+
+        The checks of :meth:`_domains` and :class:`_Search` reduced to one
+        provider: each slot's own predicate, then isolation (two suffixed
+        groups cannot share it), the summed amounts, and the unsuffixed
+        group's required traits; ``same_subtree`` and the one-provider-
+        per-tree rule hold trivially.  It cannot repeat under another
+        anchor (nothing lends to it, and it lends to nobody).
+        """
+        if self._lone_isolation_fails:
+            return ()
+        prov = self.snapshot.get(root)
+        inventories = prov.inventories
+        for slot in self.slots:
+            grp = slot.group
+            if slot.single:
+                if not self._single_ok(grp, prov):
+                    return ()
+                continue
+            if grp.in_tree and self.in_tree_roots[grp.in_tree] != root:
+                return ()
+            (rc, amount), = slot.amounts
+            inv = inventories.get(rc)
+            if inv is None or not inv.fits(amount):
+                return ()
+            forbidden = grp.traits.forbidden
+            if forbidden and not forbidden.isdisjoint(prov.traits):
+                return ()
+            if slot.has_aggregates and not grp.aggregates.matches(
+                    prov.aggregates):
+                return ()
+        for rc in self._lone_shared:
+            if self._lone_amounts[rc] > inventories[rc].combined_limit:
+                return ()
+        if self.check_traits and not self.unsuffixed.traits.satisfied_by(
+                prov.traits):
+            return ()
+        uuid = prov.uuid
+        allocations = ({uuid: dict(self._lone_amounts)}
+                       if self._lone_amounts else {})
+        return (AllocationRequest(
+            anchor_root_id=root,
+            allocations=allocations,
+            mappings={suffix: [uuid] for suffix in self._lone_suffixes},
+            provider_ids=(root,) if allocations else ()),)
 
     def is_repeat(self, picked: Sequence[int],
                   allocations: dict, mappings: dict) -> bool:
