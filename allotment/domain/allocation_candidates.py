@@ -254,7 +254,8 @@ class _CollectorPause:
                 if self._holders == 0:
                     if self._we_disabled:
                         gc.enable()
-                elif self._we_disabled and time.monotonic() - self._since > self.MAX_PAUSE:
+                elif (self._we_disabled and time.monotonic() - self._since
+                      > self.MAX_PAUSE):
                     self._since = time.monotonic()
                     collect = True
             if collect:
@@ -373,7 +374,8 @@ class _Plan:
                 self._lone_amounts[rc] = self._lone_amounts.get(rc, 0) + amount
                 asked[rc] = asked.get(rc, 0) + 1
         self._lone_shared = [rc for rc, count in asked.items() if count > 1]
-        self._lone_suffixes = list(dict.fromkeys(slot.suffix for slot in self.slots))
+        self._lone_suffixes = list(dict.fromkeys(
+            slot.suffix for slot in self.slots))
         self._lone_isolation_fails = self.isolate and sum(
             1 for slot in self.slots if slot.single) > 1
 
