@@ -75,12 +75,9 @@ def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
             raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
         candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
         found = _solve(req, request, candidates)
-        inventories = db.load_summaries(
-            conn, candidates, [summary.provider.id for summary in found.provider_summaries],
-            all_classes=req.version >= (1, 27), class_ids=names.class_ids.values())
     return {
         "allocation_requests": _allocation_requests(req, found.allocation_requests),
-        "provider_summaries": _provider_summaries(req, found.provider_summaries, inventories),
+        "provider_summaries": _provider_summaries(req, request, found.provider_summaries),
     }
 
 
@@ -127,18 +124,20 @@ def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationReq
             for candidate in candidates]
 
 
-def _provider_summaries(req: Request, summaries: Sequence[solver.ProviderSummary],
-                        inventories: dict[int, dict]) -> dict[str, dict]:
-    """``inventories``: each provider's, complete (only the requested
-    classes before 1.27)."""
+def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
+                        summaries: Sequence[solver.ProviderSummary]) -> dict[str, dict]:
+    """Each provider with its inventories' capacity and usage (before 1.27
+    only the requested classes), traits (1.17) and place in its tree
+    (1.29)."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
+    requested = None if req.version >= (1, 27) else set(request.resource_class_names())
     result = {}
     for summary in summaries:
         provider = summary.provider
         body: dict = {"resources": {
             rc: {"capacity": inv.capacity, "used": inv.used}
-            for rc, inv in inventories[provider.id].items()}}
+            for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
         if with_traits:
             body["traits"] = provider.traits  # a tuple: orjson writes an array
         if nested:

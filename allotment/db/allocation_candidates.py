@@ -8,41 +8,46 @@ small number of set-based statements whatever the number of providers
 
 1. **names** (one statement): resource class and trait ids (unknown names
    are the client's error), aggregate ids of ``member_of``, the roots of
-   ``in_tree`` providers;
+   ``in_tree`` providers, and every class's name;
 2. **sharing providers** (trait ``MISC_SHARES_VIA_AGGREGATE``) holding a
    requested class, with their traits and aggregates and the roots of
    every tree that has a provider in one of those aggregates (one
    statement when there are none);
-3. **fitting inventories** (one statement): every inventory of a requested
-   class that could take a requested amount, with its current usage,
-   narrowed by what SQL does well: the unit rules and static capacity; a
-   class asked for by one group only must also meet that group's
-   per-provider rules (traits, aggregates, ``in_tree``); ``root_required``
-   applies to the root; a required trait of the unsuffixed group that no
-   sharing provider can bring must be somewhere in the tree.  Usage is
-   compared in Python (the correlated sum is computed once per row, as a
-   selected column);
+3. **candidate providers** (one statement): (provider, root, class) of
+   every inventory of a requested class that could take a requested
+   amount by the rules that do not depend on usage (units, capacity),
+   narrowed by what SQL does well: a class asked for by one group only
+   must also meet that group's per-provider rules (traits, aggregates,
+   ``in_tree``); ``root_required`` applies to the root; a required trait
+   of the unsuffixed group that no sharing provider can bring must be
+   somewhere in the tree;
 4. Python keeps the roots whose tree, plus the sharing providers reaching
-   it, offers every requested class: the **anchors**, in id order;
-5. **trees** (three statements per round): the anchors' trees and their
-   lenders', whole (a summary lists every provider of a tree and
-   ``same_subtree`` needs the ancestry), with only the traits and
-   aggregates the request is about.  When the caller takes only the first
-   ``limit`` candidates, trees are loaded in rounds as the search reaches
-   them, so a small ``limit`` reads little;
-6. **summaries** (two statements, after solving): all traits, and the
-   complete inventories of the providers whose snapshot inventories are
-   partial, for the providers listed in ``provider_summaries`` only.
+   it, has every requested class: the **anchors**, in id order;
+5. **trees** (three or four statements per round): the anchors' trees and
+   their lenders', whole (a summary lists every provider of a tree and
+   ``same_subtree`` needs the ancestry): providers with their generation,
+   the current usage of each (provider, class), and only the aggregates
+   that matter (sharing providers' and ``member_of``'s).  When the caller
+   takes only the first ``limit`` candidates, trees are loaded in rounds
+   as the search reaches them, so a small ``limit`` reads little.
+
+What only changes with a provider's generation -- its traits and the
+fields of its inventory records, which every writer changes together with
+a generation compare-and-swap -- is kept per process, by provider id, uuid
+and generation, and read (one statement each) only for providers whose
+generation moved: correct however many processes write.  Usage, tree
+structure and aggregates (their writers do not always bump generations)
+are read on every request.  The snapshot's providers then carry complete
+inventories with usage and all their traits, which is all the summaries
+show: nothing is read after solving.
 
 Every step narrows by *necessary* conditions only: the snapshot may hold a
 tree that yields nothing (the solver skips it quickly) but never lacks one
-that would yield a candidate.
-
-Statements are built once per process (the fitting one once per query
-*shape*) with bound parameters, so SQLAlchemy neither rebuilds nor
-recompiles them per request.  Lookups follow indexes on every backend:
-inventories by class, usage by ``(provider, class, used)``, trees by
-``root_provider_id``, traits and aggregates by their primary keys.
+that would yield a candidate.  Statements are built once per process (the
+candidate one once per query *shape*) with bound parameters.  Lookups
+follow indexes on every backend: inventories by class, usage by
+``(provider, class, used)``, trees by ``root_provider_id``, traits,
+inventories and aggregates by provider.
 """
 
 from __future__ import annotations
@@ -111,6 +116,8 @@ class Names:
     #: (no candidate can then exist).
     in_tree_roots: dict[str, int] | None
     sharing_trait_id: int | None
+    #: every resource class: id -> name (summaries show them all from 1.27)
+    class_names: dict[int, str]
 
 
 _NAMES = sa.union_all(
@@ -118,6 +125,7 @@ _NAMES = sa.union_all(
     sa.select(sa.literal("t"), TRAITS.c.name, TRAITS.c.id).where(TRAITS.c.name.in_(_many("traits"))),
     sa.select(sa.literal("a"), AGG.c.uuid, AGG.c.id).where(AGG.c.uuid.in_(_many("aggregates"))),
     sa.select(sa.literal("r"), RP.c.uuid, _ROOT).where(RP.c.uuid.in_(_many("trees"))),
+    sa.select(sa.literal("k"), RC.c.name, RC.c.id),
 )
 
 
@@ -128,7 +136,7 @@ def resolve_names(conn: Connection, request: AllocationCandidatesRequest) -> Nam
     Placement finds them: ``root_required`` traits, then group by group its
     resource classes and its traits.
     """
-    found: dict[str, dict[str, int]] = {"c": {}, "t": {}, "a": {}, "r": {}}
+    found: dict[str, dict[str, int]] = {"c": {}, "t": {}, "a": {}, "r": {}, "k": {}}
     wanted_trees = request.in_tree_uuids()
     rows = _rows(conn, _NAMES, {
         "classes": request.resource_class_names(),
@@ -141,7 +149,8 @@ def resolve_names(conn: Connection, request: AllocationCandidatesRequest) -> Nam
     class_ids, trait_ids = found["c"], found["t"]
     _check_names(request, class_ids, trait_ids)
     in_tree_roots = found["r"] if len(found["r"]) == len(wanted_trees) else None
-    return Names(class_ids, trait_ids, found["a"], in_tree_roots, trait_ids.get(SHARING_TRAIT))
+    return Names(class_ids, trait_ids, found["a"], in_tree_roots, trait_ids.get(SHARING_TRAIT),
+                 {class_id: name for name, class_id in found["k"].items()})
 
 
 def _check_names(request: AllocationCandidatesRequest, class_ids: Collection[str],
@@ -163,17 +172,13 @@ def _check_names(request: AllocationCandidatesRequest, class_ids: Collection[str
 # Reusable SQL fragments
 # ---------------------------------------------------------------------------
 
-def _usage(provider_id, class_id) -> sa.ScalarSelect:
-    """Units currently allocated of one inventory (correlated, index-only)."""
-    return (sa.select(sa.func.coalesce(sa.func.sum(ALLOC.c.used), 0))
-            .where(ALLOC.c.resource_provider_id == provider_id,
-                   ALLOC.c.resource_class_id == class_id)
-            .scalar_subquery())
-
-
-#: An inventory record's fields in ProviderInventory's order, then usage.
-_INVENTORY_FIELDS = (INV.c.total, INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
-                     INV.c.allocation_ratio, _usage(INV.c.resource_provider_id, INV.c.resource_class_id))
+#: Units currently allocated of an inventory record: a correlated sum over
+#: one range of the (provider, class, used) index, cheaper on every backend
+#: than grouping the allocations and joining them back.
+_USAGE = (sa.select(sa.func.coalesce(sa.func.sum(ALLOC.c.used), 0))
+          .where(ALLOC.c.resource_provider_id == INV.c.resource_provider_id,
+                 ALLOC.c.resource_class_id == INV.c.resource_class_id)
+          .scalar_subquery())
 
 
 def _having_trait(provider_id, param: str) -> sa.ColumnElement[bool]:
@@ -244,7 +249,7 @@ def _sharing_providers(conn: Connection, request: AllocationCandidatesRequest, n
 
 
 # ---------------------------------------------------------------------------
-# Step 3: inventories that could take a requested amount
+# Step 3: providers that could take a requested amount
 # ---------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -272,8 +277,8 @@ class _FitShape:
 
 
 def _fitting_shape(request: AllocationCandidatesRequest, names: Names,
-                   sharing: _Sharing) -> tuple[_FitShape, dict, dict[int, list[int]]]:
-    """(shape, parameters, class id -> amounts) of the fitting statement.
+                   sharing: _Sharing) -> tuple[_FitShape, dict]:
+    """(shape, parameters) of the candidate statement.
 
     Parameter names follow :func:`_fitting_statement`: ``c{i}`` the class,
     ``c{i}a{j}`` its amounts, ``c{i}rt{k}``/``c{i}ft``/``c{i}ma{k}``/
@@ -286,13 +291,10 @@ def _fitting_shape(request: AllocationCandidatesRequest, names: Names,
         for rc in group.resources:
             askers.setdefault(rc, []).append(group)
     params: dict = {"sharing": sorted(sharing.roots)}
-    amounts_of: dict[int, list[int]] = {}
     classes = []
     for i, (rc, groups) in enumerate(askers.items()):
         amounts = sorted({group.resources[rc] for group in groups})
-        class_id = names.class_ids[rc]
-        amounts_of[class_id] = amounts
-        params[f"c{i}"] = class_id
+        params[f"c{i}"] = names.class_ids[rc]
         for j, amount in enumerate(amounts):
             params[f"c{i}a{j}"] = amount
         group_shape = _group_rules(groups[0], names, params, f"c{i}") if len(groups) == 1 else None
@@ -317,7 +319,7 @@ def _fitting_shape(request: AllocationCandidatesRequest, names: Names,
             tree_in_tree = True
     shape = _FitShape(tuple(classes), len(root_required), bool(request.root_traits.forbidden),
                       tree_traits, tree_in_tree)
-    return shape, params, amounts_of
+    return shape, params
 
 
 def _group_rules(group: RequestGroup, names: Names, params: dict, prefix: str) -> _GroupShape:
@@ -386,7 +388,12 @@ def _tree_conditions(shape: _FitShape) -> list[sa.ColumnElement[bool]]:
 @functools.lru_cache(maxsize=512)
 def _fitting_statement(shape: _FitShape) -> sa.Executable:
     """One SELECT per requested class (each driven by the class index),
-    UNION ALL: (provider, root, class, inventory fields, usage)."""
+    UNION ALL: (provider, root, class, usage).
+
+    Usage is selected, not compared: a provider whose usage leaves no room
+    is dropped by the solver; comparing here too would compute the sum
+    twice per row for the few it removes.
+    """
     tree_rules = _tree_conditions(shape)
     selects = []
     for i, (amounts, group_shape) in enumerate(shape.classes):
@@ -401,34 +408,21 @@ def _fitting_statement(shape: _FitShape) -> sa.Executable:
             conditions.extend(_group_conditions(group_shape, f"c{i}"))
         if tree_rules:
             conditions.append(sa.or_(RP.c.id.in_(_many("sharing")), sa.and_(*tree_rules)))
-        selects.append(sa.select(INV.c.resource_provider_id, _ROOT, INV.c.resource_class_id, *_INVENTORY_FIELDS)
+        selects.append(sa.select(INV.c.resource_provider_id, _ROOT, INV.c.resource_class_id, _USAGE)
                        .join(RP, RP.c.id == INV.c.resource_provider_id)
                        .where(*conditions))
     return selects[0] if len(selects) == 1 else sa.union_all(*selects)
 
 
-#: (provider id, root id, class id, inventory with usage)
-_Fitting = tuple[int, int, int, ProviderInventory]
+#: (provider id, root id, class id, usage)
+_Fitting = tuple[int, int, int, int]
 
 
 def _fitting_inventories(conn: Connection, request: AllocationCandidatesRequest, names: Names,
-                         sharing: _Sharing) -> list[_Fitting]:
-    """Every inventory of a requested class that can take a requested amount now."""
-    shape, params, amounts_of = _fitting_shape(request, names, sharing)
-    found = []
-    for row in _rows(conn, _fitting_statement(shape), params):
-        inventory = _inventory(row, 3)
-        for amount in amounts_of[row[2]]:
-            if inventory.fits(amount):
-                found.append((row[0], row[1], row[2], inventory))
-                break
-    return found
-
-
-def _inventory(row: sa.Row, at: int) -> ProviderInventory:
-    """The inventory whose _INVENTORY_FIELDS start at column ``at``."""
-    return ProviderInventory(row[at], row[at + 1], row[at + 2], row[at + 3], row[at + 4], row[at + 5],
-                             int(row[at + 6]))
+                         sharing: _Sharing) -> Sequence[_Fitting]:
+    """Every inventory of a requested class that could take a requested amount."""
+    shape, params = _fitting_shape(request, names, sharing)
+    return _rows(conn, _fitting_statement(shape), params)
 
 
 # ---------------------------------------------------------------------------
@@ -439,9 +433,9 @@ def _anchor_roots(request: AllocationCandidatesRequest, names: Names, sharing: _
                   rows: Sequence[_Fitting]) -> tuple[list[int], dict[int, list[int]]]:
     """(anchor roots in id order, root -> sharing providers that may lend to it).
 
-    An anchor's tree, plus what sharing providers reaching it lend, offers
+    An anchor's tree, plus what sharing providers reaching it lend, has
     every requested class.  A sharing provider lends when it holds a
-    fitting inventory (or, with a resourceless group, whatever it holds:
+    candidate inventory (or, with a resourceless group, whatever it holds:
     it may be the provider that group names).
     """
     needed = {names.class_ids[rc] for rc in request.resource_class_names()}
@@ -472,72 +466,106 @@ def _anchor_roots(request: AllocationCandidatesRequest, names: Names, sharing: _
 
 
 # ---------------------------------------------------------------------------
-# Traits, cached per provider generation
+# What only changes with a provider's generation, kept per process
 # ---------------------------------------------------------------------------
 
-# Every listed provider, with or without traits, with the generation read
-# in the same statement (the pair is what the cache keeps).
-_PROVIDER_TRAITS = (sa.select(RP.c.id, RP.c.uuid, RP.c.generation, TRAITS.c.name)
-                   .select_from(RP.outerjoin(RP_TRAITS, RP_TRAITS.c.resource_provider_id == RP.c.id)
-                                .outerjoin(TRAITS, TRAITS.c.id == RP_TRAITS.c.trait_id))
-                   .where(RP.c.id.in_(_many("ids")))
-                   .order_by(RP.c.id, RP_TRAITS.c.trait_id))
+class _GenerationCache:
+    """Something about a provider, by (id, uuid, generation), for this process.
 
-
-class _TraitCache:
-    """A provider's traits, by (id, uuid, generation), for this process.
-
-    Sound with any number of processes writing: every change to a
-    provider's traits bumps its generation in the same transaction
-    (:mod:`allotment.db.traits`), and the generation a request compares
-    with is the one its own snapshot read.  Bounded: cleared when full.
+    Sound with any number of processes writing, for what every writer
+    changes together with the provider's generation compare-and-swap
+    (traits: :mod:`allotment.db.traits`; inventory records:
+    :mod:`allotment.db.inventories` and the reshaper): a value is kept with
+    the generation read *in the same statement*, and used only when the
+    request's own snapshot read that generation.  The uuid guards against
+    an id reused by a new provider.  Bounded: emptied when full.
     """
 
     MAX_ENTRIES = 200_000
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[str, int, tuple[str, ...]]] = {}
+        self._entries: dict[int, tuple[str, int, object]] = {}
 
-    def get(self, provider_id: int, uuid: str, generation: int) -> tuple[str, ...] | None:
+    def get(self, provider_id: int, uuid: str, generation: int):
         entry = self._entries.get(provider_id)
         if entry is not None and entry[1] == generation and entry[0] == uuid:
             return entry[2]
         return None
 
-    def put(self, provider_id: int, uuid: str, generation: int, traits: tuple[str, ...]) -> None:
+    def put(self, provider_id: int, uuid: str, generation: int, value) -> None:
         if len(self._entries) >= self.MAX_ENTRIES:
             self._entries = {}
-        self._entries[provider_id] = (uuid, generation, traits)
+        self._entries[provider_id] = (uuid, generation, value)
+
+    def clear(self) -> None:
+        self._entries = {}
+
+    def fetch(self, conn: Connection, statement: sa.Executable,
+              providers: Iterable[tuple[int, str, int]]) -> dict:
+        """The value of each (id, uuid, generation) provider: cached where
+        current, else read with ``statement`` (rows of id, uuid,
+        generation, then the item's columns, the first of them None for a
+        provider without items) and kept as a tuple of items (an item of
+        several columns is a tuple)."""
+        found = {}
+        missing = []
+        for pid, uuid, generation in providers:
+            known = self.get(pid, uuid, generation)
+            if known is None:
+                missing.append(pid)
+            else:
+                found[pid] = known
+        if missing:
+            read: dict[int, list] = {}
+            seen: dict[int, tuple[str, int]] = {}
+            for row in _rows(conn, statement, {"ids": missing}):
+                pid = row[0]
+                items = read.get(pid)
+                if items is None:
+                    items = read[pid] = []
+                    seen[pid] = (row[1], row[2])
+                if row[3] is not None:
+                    items.append(row[3] if len(row) == 4 else tuple(row[3:]))
+            for pid, items in read.items():
+                found[pid] = value = tuple(items)
+                self.put(pid, *seen[pid], value)
+        return found
 
 
-_TRAITS = _TraitCache()
+def _with_generation(*item) -> sa.Select:
+    """Every listed provider with its generation and ``item`` (outer-joined)."""
+    return sa.select(RP.c.id, RP.c.uuid, RP.c.generation, *item)
 
 
-def _traits_of(conn: Connection, providers: Iterable[tuple[int, str, int]]) -> dict[int, tuple[str, ...]]:
-    """All traits of these (id, uuid, generation) providers: from the cache
-    where it holds that generation, else read (one statement) and kept."""
-    found: dict[int, tuple[str, ...]] = {}
-    missing = []
-    for pid, uuid, generation in providers:
-        known = _TRAITS.get(pid, uuid, generation)
-        if known is None:
-            missing.append(pid)
-        else:
-            found[pid] = known
-    if missing:
-        read: dict[int, list[str]] = {}
-        seen: dict[int, tuple[str, int]] = {}
-        for pid, uuid, generation, name in _rows(conn, _PROVIDER_TRAITS, {"ids": missing}):
-            names = read.get(pid)
-            if names is None:
-                names = read[pid] = []
-                seen[pid] = (uuid, generation)
-            if name is not None:
-                names.append(name)
-        for pid, names in read.items():
-            found[pid] = traits = tuple(names)
-            _TRAITS.put(pid, *seen[pid], traits)
-    return found
+#: A provider's trait names, in trait id order.
+_PROVIDER_TRAITS = (_with_generation(TRAITS.c.name)
+                    .select_from(RP.outerjoin(RP_TRAITS, RP_TRAITS.c.resource_provider_id == RP.c.id)
+                                 .outerjoin(TRAITS, TRAITS.c.id == RP_TRAITS.c.trait_id))
+                    .where(RP.c.id.in_(_many("ids")))
+                    .order_by(RP.c.id, RP_TRAITS.c.trait_id))
+#: A provider's inventory records without usage, in class id order, as
+#: (class id, total, reserved, min_unit, max_unit, step_size, ratio).
+_PROVIDER_RECORDS = (_with_generation(INV.c.resource_class_id, INV.c.total, INV.c.reserved, INV.c.min_unit,
+                                       INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio)
+                     .select_from(RP.outerjoin(INV, INV.c.resource_provider_id == RP.c.id))
+                     .where(RP.c.id.in_(_many("ids")))
+                     .order_by(RP.c.id, INV.c.resource_class_id))
+
+_TRAITS = _GenerationCache()
+_RECORDS = _GenerationCache()
+#: A provider's inventories with usage, as built last time, with the usage
+#: they were built from: reused while usage and class names stay the same.
+_INVENTORIES = _GenerationCache()
+_CLASS_NAMES: dict[int, str] = {}
+
+
+def _note_class_names(class_names: dict[int, str]) -> None:
+    """Forget built inventories when a class was renamed (possible before
+    1.7, and no provider generation changes with it)."""
+    global _CLASS_NAMES
+    if class_names != _CLASS_NAMES:
+        _INVENTORIES.clear()
+        _CLASS_NAMES = class_names
 
 
 # ---------------------------------------------------------------------------
@@ -551,21 +579,18 @@ FIRST_ROUND = 4
 
 @dataclasses.dataclass
 class Candidates:
-    """What the solver needs, and what the summaries need beyond it.
+    """What the solver needs.
 
-    ``snapshot`` providers carry only the inventories that can take a
-    requested amount (all the solver looks at) and only the traits and
-    aggregates the request is about.  ``anchors`` are the roots to search,
-    in order; when only the first candidates are wanted it is lazy and
-    adds trees to the snapshot as it goes, so it must be consumed inside
-    the read transaction.  ``inventory_counts`` (provider id -> number of
-    inventories it really has) tells :func:`load_summaries` which
-    providers need their full inventory read.
+    ``snapshot`` providers carry their complete inventories with usage and
+    all their traits (what the summaries show), but only the aggregates
+    the request is about.  ``anchors`` are the roots to search, in order;
+    when only the first candidates are wanted it is lazy and adds trees to
+    the snapshot as it goes, so it must be consumed inside the read
+    transaction.
     """
 
     snapshot: ProviderSnapshot
     anchors: Iterable[int]
-    inventory_counts: dict[int, int]
 
 
 def load_candidates(conn: Connection, request: AllocationCandidatesRequest, names: Names, *,
@@ -579,37 +604,37 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
     """
     if names.in_tree_roots is None or any(group.resources.keys() - names.class_ids.keys()
                                           for group in request.groups):
-        return Candidates(ProviderSnapshot(), (), {})
+        return Candidates(ProviderSnapshot(), ())
     sharing = _sharing_providers(conn, request, names)
     rows = _fitting_inventories(conn, request, names, sharing)
     anchors, lenders = _anchor_roots(request, names, sharing, rows)
     if not anchors:
-        return Candidates(ProviderSnapshot(), (), {})
+        return Candidates(ProviderSnapshot(), ())
     trees = _Trees(conn, names, sharing, rows, lenders)
     trees.load(names.in_tree_roots.values())
     if wanted is None:
         trees.load(anchors)
-        return Candidates(trees.snapshot, anchors, trees.inventory_counts)
-    return Candidates(trees.snapshot, trees.in_rounds(anchors, wanted), trees.inventory_counts)
+        return Candidates(trees.snapshot, anchors)
+    return Candidates(trees.snapshot, trees.in_rounds(anchors, wanted))
 
 
-def _in_trees(column_root, column_id) -> sa.ColumnElement[bool]:
-    """Providers of the trees in ``roots``; a root written without its own
-    id as root (as other modules allow) is found by its id."""
-    return sa.or_(column_root.in_(_many("roots")), column_id.in_(_many("roots")))
+def _in_trees() -> sa.ColumnElement[bool]:
+    """Providers of the trees in ``roots`` (by the root_provider_id index),
+    and the ``lost`` roots: rows written without their own id as root (as
+    other modules allow: such a row is its own root), usually none."""
+    return sa.or_(RP.c.root_provider_id.in_(_many("roots")), RP.c.id.in_(_many("lost")))
 
 
-_INVENTORY_COUNT = (sa.select(sa.func.count()).select_from(INV)
-                    .where(INV.c.resource_provider_id == RP.c.id).scalar_subquery())
-_TREE_PROVIDERS = (sa.select(RP.c.id, RP.c.uuid, RP.c.parent_provider_id, _ROOT, RP.c.generation,
-                             _INVENTORY_COUNT)
-                   .where(_in_trees(RP.c.root_provider_id, RP.c.id))
+_TREE_PROVIDERS = (sa.select(RP.c.id, RP.c.uuid, RP.c.parent_provider_id, _ROOT, RP.c.generation)
+                   .where(_in_trees())
                    .order_by(RP.c.id))
+#: Usage of every inventory record of some providers.
+_PROVIDER_USAGE = (sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, _USAGE)
+                   .where(INV.c.resource_provider_id.in_(_many("ids"))))
 _TREE_AGGREGATES = (sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
                     .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
                     .join(RP, RP.c.id == RP_AGG.c.resource_provider_id)
-                    .where(_in_trees(RP.c.root_provider_id, RP.c.id),
-                           RP_AGG.c.aggregate_id.in_(_many("aggregates"))))
+                    .where(_in_trees(), RP_AGG.c.aggregate_id.in_(_many("aggregates"))))
 
 
 class _Trees:
@@ -620,15 +645,13 @@ class _Trees:
         self.conn = conn
         self.sharing = sharing
         self.lenders = lenders
+        # The usage the candidate statement read: most of what trees need.
+        self._usage = {(row[0], row[2]): int(row[3]) for row in rows}
+        self.class_names = names.class_names
+        _note_class_names(names.class_names)
         self.snapshot = ProviderSnapshot(sharing_lenders=lenders)
-        self.inventory_counts: dict[int, int] = {}
         self._loaded: set[int] = set()
-        self._inventories: dict[int, dict[str, ProviderInventory]] = {}
-        class_names = {class_id: name for name, class_id in names.class_ids.items()}
-        for pid, _, class_id, inventory in rows:
-            self._inventories.setdefault(pid, {})[class_names[class_id]] = inventory
-        # All traits (cached by generation; the summaries show them), but
-        # only the aggregates of sharing providers and of member_of.
+        # Only the aggregates of sharing providers and of member_of.
         self._aggregates = sorted(sharing.members.keys() | set(names.aggregate_ids.values()))
 
     def in_rounds(self, anchors: Sequence[int], wanted: int) -> Iterator[int]:
@@ -654,58 +677,46 @@ class _Trees:
         if not roots:
             return
         self._loaded |= roots
-        params = {"roots": sorted(roots)}
+        params = {"roots": sorted(roots), "lost": []}
         providers = _rows(self.conn, _TREE_PROVIDERS, params)
-        traits = _traits_of(self.conn, ((row[0], row[1], row[4]) for row in providers))
+        lost = roots.difference(row[0] for row in providers)
+        if lost:
+            params["lost"] = sorted(lost)
+            providers = _rows(self.conn, _TREE_PROVIDERS, params)
+        keys = [(row[0], row[1], row[4]) for row in providers]
+        traits = _TRAITS.fetch(self.conn, _PROVIDER_TRAITS, keys)
+        records = _RECORDS.fetch(self.conn, _PROVIDER_RECORDS, keys)
+        usage = self._usage
+        lacking = [pid for pid, _, _ in keys
+                   if any((pid, record[0]) not in usage for record in records[pid])]
+        if lacking:
+            for pid, class_id, used in _rows(self.conn, _PROVIDER_USAGE, {"ids": lacking}):
+                usage[(pid, class_id)] = int(used)
         aggregates: dict[int, set[str]] = {}
         if self._aggregates:
             for pid, uuid in _rows(self.conn, _TREE_AGGREGATES, {**params, "aggregates": self._aggregates}):
                 aggregates.setdefault(pid, set()).add(uuid)
-        empty: dict = {}
-        self.snapshot.add(
-            Provider(id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
-                     traits=traits[pid], aggregates=aggregates.get(pid, frozenset()),
-                     inventories=self._inventories.get(pid, empty))
-            for pid, uuid, parent, root, generation, _ in providers)
-        for row in providers:
-            self.inventory_counts[row[0]] = row[5]
+        no_aggregates: frozenset = frozenset()
+        added = []
+        for pid, uuid, parent, root, generation in providers:
+            added.append(Provider(id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
+                                  traits=traits[pid], aggregates=aggregates.get(pid, no_aggregates),
+                                  inventories=self._inventories(pid, uuid, generation, records[pid], usage)))
+        self.snapshot.add(added)
 
-
-# ---------------------------------------------------------------------------
-# Step 6: what the provider summaries show
-# ---------------------------------------------------------------------------
-
-_SUMMARY_INVENTORIES = (sa.select(INV.c.resource_provider_id, RC.c.name, *_INVENTORY_FIELDS)
-                        .join(RC, RC.c.id == INV.c.resource_class_id)
-                        .where(INV.c.resource_provider_id.in_(_many("ids")))
-                        .order_by(INV.c.resource_provider_id, INV.c.resource_class_id))
-_SUMMARY_REQUESTED_INVENTORIES = _SUMMARY_INVENTORIES.where(INV.c.resource_class_id.in_(_many("classes")))
-def load_summaries(conn: Connection, candidates: Candidates, provider_ids: Collection[int], *,
-                   all_classes: bool, class_ids: Collection[int] = ()
-                   ) -> dict[int, dict[str, ProviderInventory]]:
-    """Complete inventories (with usage) of the providers listed in the
-    summaries (their traits are in the snapshot already).
-
-    With ``all_classes`` the snapshot's inventories are reused when they
-    are all the provider has; otherwise (before 1.27: only ``class_ids``
-    are shown) they are always read, as a provider may hold a requested
-    class that fits no requested amount.
-    """
-    snapshot = candidates.snapshot
-    inventories: dict[int, dict[str, ProviderInventory]] = {}
-    missing = []
-    for pid in provider_ids:
-        known = snapshot.get(pid).inventories
-        if all_classes and len(known) == candidates.inventory_counts.get(pid, 0):
-            inventories[pid] = known
-        else:
-            missing.append(pid)
-            inventories[pid] = {}
-    if missing:
-        if all_classes:
-            rows = _rows(conn, _SUMMARY_INVENTORIES, {"ids": missing})
-        else:
-            rows = _rows(conn, _SUMMARY_REQUESTED_INVENTORIES, {"ids": missing, "classes": sorted(class_ids)})
-        for row in rows:
-            inventories[row[0]][row[1]] = _inventory(row, 2)
-    return inventories
+    def _inventories(self, pid: int, uuid: str, generation: int, records: tuple,
+                     usage: dict[tuple[int, int], int]) -> dict[str, ProviderInventory]:
+        """The provider's inventories with usage; the same objects as last
+        time when nothing changed (they are never modified)."""
+        # A record written after the usage was read has none yet.
+        used = tuple([usage.get((pid, record[0]), 0) for record in records])
+        cached = _INVENTORIES.get(pid, uuid, generation)
+        if cached is not None and cached[0] == used:
+            return cached[1]
+        class_names = self.class_names
+        # (A class created after this request read the class names cannot
+        # be one it asked for: such a record is left out.)
+        inventories = {class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
+                       for record, amount in zip(records, used) if record[0] in class_names}
+        _INVENTORIES.put(pid, uuid, generation, (used, inventories))
+        return inventories

@@ -168,6 +168,38 @@ def test_summaries_follow_trait_and_inventory_changes(api, cloud):
         "VCPU": {"capacity": 2, "used": 0}}
 
 
+def test_summaries_follow_a_deletion_and_a_renamed_class(api, cloud):
+    """Neither changes the provider's generation."""
+    assert api.post("/resource_classes", json={"name": "CUSTOM_A"}, version="1.2").status == 201
+    cn = cloud.provider("cn1", inventories={**COMPUTE, "CUSTOM_A": 5})
+    consumer = cloud.allocate({"cn1": {"VCPU": 2, "CUSTOM_A": 1}})
+    summary = candidates(api, "resources=VCPU:1")["provider_summaries"][cn]["resources"]
+    assert summary["VCPU"] == {"capacity": 8, "used": 2} and summary["CUSTOM_A"] == {"capacity": 5, "used": 1}
+    assert api.delete(f"/allocations/{consumer}", version="1.39").status == 204
+    summary = candidates(api, "resources=VCPU:1")["provider_summaries"][cn]["resources"]
+    assert summary["VCPU"] == {"capacity": 8, "used": 0} and summary["CUSTOM_A"] == {"capacity": 5, "used": 0}
+    resp = api.put("/resource_classes/CUSTOM_A", json={"name": "CUSTOM_B"}, version="1.2")
+    assert resp.status == 200, resp
+    summary = candidates(api, "resources=VCPU:1")["provider_summaries"][cn]["resources"]
+    assert summary == {"VCPU": {"capacity": 8, "used": 0}, "MEMORY_MB": {"capacity": 4096, "used": 0},
+                       "CUSTOM_B": {"capacity": 5, "used": 0}}
+
+
+def test_a_root_written_without_its_root_id_is_its_own_root(api, cloud, app):
+    import sqlalchemy as sa
+
+    from allotment.db import tables
+
+    cn = cloud.provider("cn1")
+    cloud.provider("numa0", "cn1", inventories=COMPUTE)
+    with app.db.write() as conn:
+        rp = tables.resource_providers
+        conn.execute(sa.update(rp).where(rp.c.uuid == cn).values(root_provider_id=None))
+    body = candidates(api, "resources=VCPU:1")
+    assert picks(cloud, body) == [{"numa0": {"VCPU": 1}}]
+    assert set(body["provider_summaries"]) == {cn, cloud.names["numa0"]}
+
+
 def test_limit_takes_the_first_and_summarises_only_them(api, cloud):
     for i in range(6):
         cloud.provider(f"cn{i}", inventories=COMPUTE)
