@@ -572,9 +572,11 @@ def _note_class_names(class_names: dict[int, str]) -> None:
 # Step 5: the trees
 # ---------------------------------------------------------------------------
 
-#: Trees loaded in the first round when the caller takes only the first
-#: candidates; each further round loads at most twice as many.
-FIRST_ROUND = 4
+#: When the caller takes only the first candidates, the first round loads
+#: trees with up to this many candidate inventories (a few hundred flat
+#: hosts, or a few hosts of a hundred devices each); each further round
+#: twice as many.
+FIRST_ROUND = 512
 
 
 @dataclasses.dataclass
@@ -647,6 +649,10 @@ class _Trees:
         self.lenders = lenders
         # The usage the candidate statement read: most of what trees need.
         self._usage = {(row[0], row[2]): int(row[3]) for row in rows}
+        # Candidate inventories per root: how big a tree is, roughly.
+        self._weight: dict[int, int] = {}
+        for row in rows:
+            self._weight[row[1]] = self._weight.get(row[1], 0) + 1
         self.class_names = names.class_names
         _note_class_names(names.class_names)
         self.snapshot = ProviderSnapshot(sharing_lenders=lenders)
@@ -655,18 +661,27 @@ class _Trees:
         self._aggregates = sorted(sharing.members.keys() | set(names.aggregate_ids.values()))
 
     def in_rounds(self, anchors: Sequence[int], wanted: int) -> Iterator[int]:
-        """The anchors, loading their trees a round ahead of the search."""
-        size = FIRST_ROUND
+        """The anchors, loading their trees a round ahead of the search.
+
+        A round ends at its budget of candidate inventories (big trees
+        yield many candidates each) or, as an anchor gives at least one
+        candidate as a rule, once it holds as many anchors as candidates
+        are still missing; rounds grow, so that an answer takes a few.
+        """
+        budget = FIRST_ROUND
         start = 0
         while start < len(anchors):
-            # Each anchor searched so far gave at least one candidate, as
-            # a rule: no more are needed than candidates still missing.
-            count = min(size, wanted - start) if start < wanted else size
-            chunk = anchors[start:start + count]
+            end = start
+            weight = 0
+            missing = wanted - start
+            while end < len(anchors) and weight < budget and (end - start < missing or missing <= 0):
+                weight += self._weight.get(anchors[end], 1)
+                end += 1
+            chunk = anchors[start:end]
             self.load(chunk)
             yield from chunk
-            start += count
-            size *= 2
+            start = end
+            budget *= 2
 
     def load(self, anchors: Iterable[int]) -> None:
         """Add the anchors' trees and their lenders' trees."""

@@ -232,6 +232,27 @@ def test_limit_over_many_roots_reads_trees_in_rounds_and_keeps_the_order(api, cl
         assert sum(loads) <= limit, (limit, loads)
 
 
+def test_a_small_limit_over_big_trees_reads_only_the_first(api, cloud, monkeypatch):
+    for h in range(4):
+        cloud.provider(f"host{h}", inventories=COMPUTE)
+        for d in range(6):
+            cloud.provider(f"dev{h}.{d}", f"host{h}", inventories={"VGPU": 1})
+    loads = []
+    real_load = db._Trees.load
+
+    def counting_load(self, anchors):
+        anchors = list(anchors)
+        loads.append(len(anchors))
+        return real_load(self, anchors)
+
+    monkeypatch.setattr(db._Trees, "load", counting_load)
+    monkeypatch.setattr(db, "FIRST_ROUND", 4)  # candidate inventories: a host has 7
+    body = candidates(api, "resources=VCPU:1&resources1=VGPU:1&resources2=VGPU:1&group_policy=isolate&limit=20")
+    assert len(body["allocation_requests"]) == 20  # 6*5 = 30 on the first host alone
+    assert sum(loads) == 1
+    assert {cloud.name_of(uuid)[:5] for uuid in body["provider_summaries"]} == {"host0", "dev0."}
+
+
 def test_nested_tree_summaries_list_the_whole_tree(api, cloud):
     cloud.provider("cn", inventories={"DISK_GB": 100})
     cloud.provider("numa0", "cn", inventories=COMPUTE)
