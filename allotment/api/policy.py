@@ -32,6 +32,8 @@ legacy and the new defaults.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -289,15 +291,103 @@ DEFAULT_RULES: list[policy.RuleDefault] = _BASE_RULES + _OPERATION_RULES
 # ---------------------------------------------------------------------------
 
 
-class _Enforcer(policy.Enforcer):
-    """An Enforcer that also works on a ConfigOpts that was never parsed.
+#: How long a process goes on using the rules it loaded before looking at
+#: the policy file again (oslo.policy on its own stats it on every check).
+RELOAD_INTERVAL = 1.0
+#: Most decisions remembered; the memory is emptied when it is full.
+MAX_DECISIONS = 10_000
 
-    oslo.policy resolves ``policy_file`` and ``policy_dirs`` through
+
+def _frozen(mapping: Mapping[str, Any]) -> tuple | None:
+    """A hashable, order-independent copy of a flat credentials or target
+    mapping; None when some value cannot be part of a key."""
+    items = []
+    for key, value in mapping.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        elif not isinstance(value, (str, int, float, bool, type(None))):
+            return None
+        items.append((key, value))
+    items.sort()
+    return tuple(items)
+
+
+class _Enforcer(policy.Enforcer):
+    """oslo.policy's Enforcer, with remembered decisions.
+
+    A decision depends only on the rules, the rule name, the target and
+    the credentials, so it is remembered for those (a handful of distinct
+    callers and rules make up almost every request).  oslo.policy on its
+    own re-reads the configuration and stats the policy file on every
+    check, which costs more than the rest of a simple request's handling;
+    here the file is looked at once every :data:`RELOAD_INTERVAL` seconds
+    at most, and the remembered decisions are dropped whenever the rules
+    change (a reloaded file, ``set_rules``, new defaults).
+
+    It also works on a ConfigOpts that was never parsed: oslo.policy
+    resolves ``policy_file`` and ``policy_dirs`` through
     ``ConfigOpts.find_file`` (relative to the config file's directory),
     which raises ``NotInitializedError`` on a ConfigOpts that was built
     programmatically (tests, embedding).  Then only an absolute, existing
     path is used; anything else counts as "no policy file".
     """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._decisions: dict[tuple, Any] = {}
+        self._decided_with: Any = None
+        self._rules_checked_at = float("-inf")
+        self._decisions_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def _forget_decisions(self) -> None:
+        self._decisions = {}
+        self._rules_checked_at = float("-inf")
+
+    def set_rules(self, *args: Any, **kwargs: Any) -> None:
+        super().set_rules(*args, **kwargs)
+        self._forget_decisions()
+
+    def register_default(self, *args: Any, **kwargs: Any) -> None:
+        super().register_default(*args, **kwargs)
+        self._forget_decisions()
+
+    def clear(self) -> None:
+        super().clear()
+        self._forget_decisions()
+
+    def _current_decisions(self) -> dict[tuple, Any]:
+        """The remembered decisions, valid for the rules in force now."""
+        now = time.monotonic()
+        if now - self._rules_checked_at >= RELOAD_INTERVAL:
+            with self._decisions_lock:
+                if now - self._rules_checked_at >= RELOAD_INTERVAL:
+                    self.load_rules()
+                    if self.rules is not self._decided_with:
+                        self._decisions = {}
+                        # Held, so that its id cannot be reused by the next.
+                        self._decided_with = self.rules
+                    self._rules_checked_at = now
+        return self._decisions
+
+    def enforce(self, rule: Any, target: Any, creds: Any, do_raise: bool = False,
+                exc: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if do_raise or not isinstance(rule, str) or not isinstance(creds, dict) \
+                or not isinstance(target, Mapping):
+            return super().enforce(rule, target, creds, do_raise, exc, *args, **kwargs)
+        frozen_target, frozen_creds = _frozen(target), _frozen(creds)
+        if frozen_target is None or frozen_creds is None:
+            return super().enforce(rule, target, creds, do_raise, exc, *args, **kwargs)
+        decisions = self._current_decisions()
+        key = (rule, frozen_target, frozen_creds)
+        try:
+            return decisions[key]
+        except KeyError:
+            pass
+        decision = super().enforce(rule, target, creds, do_raise, exc, *args, **kwargs)
+        if len(decisions) >= MAX_DECISIONS:
+            decisions.clear()
+        decisions[key] = decision
+        return decision
 
     def _get_policy_path(self, path: str) -> str:
         try:
@@ -316,8 +406,8 @@ def make_enforcer(conf: cfg.ConfigOpts) -> policy.Enforcer:
     config file's directory; a missing file just means "defaults only"),
     ``policy_dirs`` and ``enforce_new_defaults``.  Scope is always enforced
     (oslo.policy 6 has no ``enforce_scope`` switch).  The policy file is
-    re-read by oslo.policy when its mtime changes.  A malformed policy file
-    raises here, at start-up.
+    re-read when its mtime changes, noticed within :data:`RELOAD_INTERVAL`
+    seconds.  A malformed policy file raises here, at start-up.
     """
     enforcer = _Enforcer(conf)
     # Overridden-default warnings would be logged once per deprecated rule

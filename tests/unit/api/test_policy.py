@@ -9,6 +9,7 @@ The allow/deny table mirrors upstream Placement's functional RBAC tests
 from __future__ import annotations
 
 import dataclasses
+import os
 import itertools
 
 import pytest
@@ -347,3 +348,59 @@ def test_credentials_shape():
                 "is_admin_project", "service_roles"):
         assert key in creds
     assert "is_admin" not in creds
+
+
+# --- remembered decisions ----------------------------------------------------
+
+def test_decisions_are_remembered_per_rule_target_and_caller(monkeypatch):
+    enforcer = policy.make_enforcer(make_conf(True))
+    checks = []
+    real_enforce = oslo_policy.Enforcer.enforce
+
+    def counting_enforce(self, rule, *args, **kwargs):
+        checks.append(rule)
+        return real_enforce(self, rule, *args, **kwargs)
+
+    monkeypatch.setattr(oslo_policy.Enforcer, "enforce", counting_enforce)
+    for _ in range(3):
+        policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
+    assert checks == ["placement:traits:list"]
+    # Another caller, rule or target is decided afresh, and decided right.
+    with pytest.raises(errors.Forbidden):
+        policy.authorize(enforcer, PERSONAS["project_reader"], "placement:traits:list")
+    policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:show")
+    policy.authorize(enforcer, PERSONAS["project_reader"], "placement:usages",
+                     {"project_id": PROJECT})
+    with pytest.raises(errors.Forbidden):
+        policy.authorize(enforcer, PERSONAS["project_reader"], "placement:usages",
+                         {"project_id": PROJECT_ALT})
+    assert len(checks) == 5
+
+
+def test_a_changed_policy_file_is_used_after_the_reload_interval(tmp_path, monkeypatch):
+    path = tmp_path / "policy.yaml"
+    path.write_text('"placement:traits:list": "role:admin"\n')
+    enforcer = policy.make_enforcer(make_conf(True, str(path)))
+    policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
+    clock = [policy.time.monotonic()]
+    monkeypatch.setattr(policy.time, "monotonic", lambda: clock[0])
+    policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
+    later = path.stat().st_mtime + 10  # a newer mtime, whatever the file system's resolution
+    path.write_text('"placement:traits:list": "role:member"\n')
+    os.utime(path, (later, later))
+    # Within the interval the rules in force stay in force...
+    clock[0] += policy.RELOAD_INTERVAL / 2
+    policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
+    # ...after it the new file decides, and nothing remembered from before counts.
+    clock[0] += policy.RELOAD_INTERVAL
+    with pytest.raises(errors.Forbidden):
+        policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
+    policy.authorize(enforcer, PERSONAS["project_member"], "placement:traits:list")
+
+
+def test_set_rules_drops_remembered_decisions():
+    enforcer = policy.make_enforcer(make_conf(True))
+    policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
+    enforcer.set_rules(oslo_policy.Rules.from_dict({"placement:traits:list": "!"}), overwrite=False)
+    with pytest.raises(errors.Forbidden):
+        policy.authorize(enforcer, PERSONAS["admin"], "placement:traits:list")
