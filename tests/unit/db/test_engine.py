@@ -1,0 +1,99 @@
+"""Connections and transactions (allotment.db.engine) on the selected backend."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from allotment.db import engine as engine_module
+from allotment.db.engine import Database
+from tests.conftest import BACKEND
+
+server_only = pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite has no server connection to lose")
+
+
+@pytest.fixture
+def database(db_url):
+    db = Database(db_url, pool_size=1, max_overflow=0)
+    yield db
+    db.engine.dispose()
+
+
+def _session_id(conn) -> int:
+    query = "SELECT pg_backend_pid()" if BACKEND == "postgresql" else "SELECT CONNECTION_ID()"
+    return conn.exec_driver_sql(query).scalar()
+
+
+def _kill(db_url: str, session_id: int) -> None:
+    """End a session from another connection, as a server restart would."""
+    killer = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    try:
+        with killer.connect() as conn:
+            if BACKEND == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_terminate_backend({session_id})")
+            else:
+                conn.exec_driver_sql(f"KILL {session_id}")
+    finally:
+        killer.dispose()
+
+
+@server_only
+def test_an_idle_dead_connection_is_replaced_before_use(database, db_url, monkeypatch):
+    with database.read() as conn:
+        first = _session_id(conn)
+    _kill(db_url, first)
+    monkeypatch.setattr(engine_module, "IDLE_PING_SECONDS", 0.0)
+    with database.read() as conn:
+        assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+        assert _session_id(conn) != first
+
+
+@server_only
+def test_a_recently_used_connection_is_not_pinged(database, monkeypatch):
+    pings = []
+    real_ping = database.engine.dialect.do_ping
+    monkeypatch.setattr(database.engine.dialect, "do_ping",
+                        lambda dbapi_conn: pings.append(1) or real_ping(dbapi_conn))
+    for _ in range(3):
+        with database.read() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    assert pings == []
+    monkeypatch.setattr(engine_module, "IDLE_PING_SECONDS", 0.0)
+    with database.read() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    assert pings == [1]
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="only PostgreSQL reads outside a transaction")
+def test_postgresql_reads_run_without_a_transaction_and_writes_within_one(database):
+    # now() is when the transaction began: in one, later statements see it lag.
+    with database.read() as conn:
+        conn.exec_driver_sql("SELECT pg_sleep(0.01)")
+        assert conn.exec_driver_sql("SELECT now() = statement_timestamp()").scalar()
+    with database.write() as conn:
+        conn.exec_driver_sql("SELECT pg_sleep(0.01)")
+        assert conn.exec_driver_sql("SELECT now() < statement_timestamp()").scalar()
+    # The pooled connection went back as it came: the next write is one transaction again.
+    with database.write() as conn:
+        assert not conn.connection.dbapi_connection.autocommit
+
+
+def test_reads_see_one_snapshot_where_the_backend_gives_one(database, db_url):
+    """SQLite and MySQL/MariaDB reads keep their first snapshot (PostgreSQL's
+    READ COMMITTED gives each statement its own, transaction or not)."""
+    with database.write() as conn:
+        conn.exec_driver_sql("CREATE TABLE snapshot_probe (n INTEGER)")
+    try:
+        with database.read() as conn:
+            assert conn.exec_driver_sql("SELECT COUNT(*) FROM snapshot_probe").scalar() == 0
+            other = Database(db_url)
+            try:
+                with other.write() as writer:
+                    writer.exec_driver_sql("INSERT INTO snapshot_probe VALUES (1)")
+            finally:
+                other.engine.dispose()
+            seen = conn.exec_driver_sql("SELECT COUNT(*) FROM snapshot_probe").scalar()
+        assert seen == (1 if BACKEND == "postgresql" else 0)
+    finally:
+        with database.write() as conn:
+            conn.exec_driver_sql("DROP TABLE snapshot_probe")
