@@ -34,13 +34,21 @@ RP = tables.resource_providers
 CONSUMERS = tables.consumers
 
 
+def _swap(table: sa.Table) -> sa.Update:
+    """The compare-and-swap statement, built once (parameters: id, expected, new, now)."""
+    return (sa.update(table)
+            .where(table.c.id == sa.bindparam("swap_id"), table.c.generation == sa.bindparam("expected"))
+            .values(generation=sa.bindparam("new"), updated_at=sa.bindparam("now")))
+
+
+_SWAP_PROVIDER = _swap(RP)
+_SWAP_CONSUMER = _swap(CONSUMERS)
+
+
 def bump_provider(conn: Connection, provider_id: int, expected: int, *, uuid: str | None = None) -> int:
     """Advance one provider's generation from ``expected``; returns the new one."""
-    result = conn.execute(
-        sa.update(RP)
-        .where(RP.c.id == provider_id, RP.c.generation == expected)
-        .values(generation=expected + 1, updated_at=utcnow())
-    )
+    result = conn.execute(_SWAP_PROVIDER, {"swap_id": provider_id, "expected": expected,
+                                           "new": expected + 1, "now": utcnow()})
     if result.rowcount != 1:
         raise ConcurrentUpdate(
             f"resource provider {uuid or provider_id} generation conflict: another process updated it. "
@@ -55,11 +63,8 @@ def bump_providers(conn: Connection, expected: Iterable[tuple[int, int]]) -> dic
 
 
 def bump_consumer(conn: Connection, consumer_id: int, expected: int, *, uuid: str | None = None) -> int:
-    result = conn.execute(
-        sa.update(CONSUMERS)
-        .where(CONSUMERS.c.id == consumer_id, CONSUMERS.c.generation == expected)
-        .values(generation=expected + 1, updated_at=utcnow())
-    )
+    result = conn.execute(_SWAP_CONSUMER, {"swap_id": consumer_id, "expected": expected,
+                                           "new": expected + 1, "now": utcnow()})
     if result.rowcount != 1:
         raise ConcurrentUpdate(
             f"consumer {uuid or consumer_id} generation conflict: another process updated it. "

@@ -96,10 +96,13 @@ def _select() -> sa.Select:
     return sa.select(*_COLUMNS).select_from(_JOINED)
 
 
+_BY_UUID = _select().where(RP.c.uuid == sa.bindparam("uuid"))
+
+
 # -- reading ---------------------------------------------------------------------
 
 def get_by_uuid(conn: Connection, uuid: str) -> ProviderRecord | None:
-    row = conn.execute(_select().where(RP.c.uuid == uuid)).first()
+    row = conn.execute(_BY_UUID, {"uuid": uuid}).first()
     return ProviderRecord(*row) if row else None
 
 
@@ -206,12 +209,18 @@ def _lock_trees(conn: Connection, root_ids: Iterable[int]) -> None:
                  .values(root_provider_id=RP.c.root_provider_id))
 
 
-def _planned_write(db: Database, plan: Callable[[Connection], set[int]],
+def _planned_write(db: Database, plan: Callable[[Connection], set[int]] | None,
                    apply: Callable[[Connection, set[int]], T]) -> T:
-    """Plan (which roots), then lock those roots and apply; plan again if they moved."""
+    """Plan (which roots), then lock those roots and apply; plan again if they moved.
+
+    ``plan`` None: the write touches no existing tree (a new root provider).
+    """
     for _ in range(TREE_RETRIES):
-        with db.read() as conn:
-            roots = plan(conn)
+        if plan is None:
+            roots: set[int] = set()
+        else:
+            with db.read() as conn:
+                roots = plan(conn)
 
         def work(conn: Connection) -> T:
             if roots:
@@ -252,8 +261,6 @@ def create(db: Database, uuid: str, name: str, parent_uuid: str | None = None) -
     domain.check_new_provider_parent(uuid, parent_uuid)
 
     def plan(conn: Connection) -> set[int]:
-        if parent_uuid is None:
-            return set()
         parent = get_by_uuid(conn, parent_uuid)
         if parent is None:
             raise domain.TreeRuleViolation("create", domain.PARENT_MISSING)
@@ -274,7 +281,7 @@ def create(db: Database, uuid: str, name: str, parent_uuid: str | None = None) -
             conn.execute(sa.update(RP).where(RP.c.id == new_id).values(root_provider_id=new_id))
         return get(conn, uuid)
 
-    return _planned_write(db, plan, apply)
+    return _planned_write(db, plan if parent_uuid is not None else None, apply)
 
 
 def rename(conn: Connection, uuid: str, name: str) -> ProviderRecord:
