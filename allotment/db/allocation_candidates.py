@@ -31,6 +31,12 @@ small number of set-based statements whatever the number of providers
    takes only the first ``limit`` candidates, trees are loaded in rounds
    as the search reaches them, so a small ``limit`` reads little.
 
+Under such a ``limit`` step 3 is also done piecemeal: the sharing
+providers' rows (and any row without a root id) first, then one window of
+root ids at a time, growing, each window's anchors searched before the
+next is read; the rest of the ids in one statement once a window would
+cover a good share of them (:func:`_in_windows`).
+
 What only changes with a provider's generation -- its traits and the
 fields of its inventory records, which every writer changes together with
 a generation compare-and-swap -- is kept per process, by provider id, uuid
@@ -118,6 +124,9 @@ class Names:
     sharing_trait_id: int | None
     #: every resource class: id -> name (summaries show them all from 1.27)
     class_names: dict[int, str]
+    #: the lowest and highest provider ids (None: no providers)
+    min_provider_id: int | None = None
+    max_provider_id: int | None = None
 
 
 _NAMES = sa.union_all(
@@ -126,6 +135,8 @@ _NAMES = sa.union_all(
     sa.select(sa.literal("a"), AGG.c.uuid, AGG.c.id).where(AGG.c.uuid.in_(_many("aggregates"))),
     sa.select(sa.literal("r"), RP.c.uuid, _ROOT).where(RP.c.uuid.in_(_many("trees"))),
     sa.select(sa.literal("k"), RC.c.name, RC.c.id),
+    sa.select(sa.literal("m"), sa.literal("min"), sa.func.min(RP.c.id)),
+    sa.select(sa.literal("m"), sa.literal("max"), sa.func.max(RP.c.id)),
 )
 
 
@@ -136,7 +147,7 @@ def resolve_names(conn: Connection, request: AllocationCandidatesRequest) -> Nam
     Placement finds them: ``root_required`` traits, then group by group its
     resource classes and its traits.
     """
-    found: dict[str, dict[str, int]] = {"c": {}, "t": {}, "a": {}, "r": {}, "k": {}}
+    found: dict[str, dict[str, int]] = {"c": {}, "t": {}, "a": {}, "r": {}, "k": {}, "m": {}}
     wanted_trees = request.in_tree_uuids()
     rows = _rows(conn, _NAMES, {
         "classes": request.resource_class_names(),
@@ -150,7 +161,8 @@ def resolve_names(conn: Connection, request: AllocationCandidatesRequest) -> Nam
     _check_names(request, class_ids, trait_ids)
     in_tree_roots = found["r"] if len(found["r"]) == len(wanted_trees) else None
     return Names(class_ids, trait_ids, found["a"], in_tree_roots, trait_ids.get(SHARING_TRAIT),
-                 {class_id: name for name, class_id in found["k"].items()})
+                 {class_id: name for name, class_id in found["k"].items()},
+                 found["m"].get("min"), found["m"].get("max"))
 
 
 def _check_names(request: AllocationCandidatesRequest, class_ids: Collection[str],
@@ -385,16 +397,36 @@ def _tree_conditions(shape: _FitShape) -> list[sa.ColumnElement[bool]]:
     return conditions
 
 
+#: What the candidate statement reads: every inventory of the requested
+#: classes (driven by the class index); those of the trees whose root id
+#: is in ``lo``..``hi`` (driven by the root index); those of the trees whose
+#: root id is at least ``lo`` (driven by the class index); or those of the
+#: sharing providers and of the rows that have no root of their own.
+ALL, WINDOW, REST, EXTRA = "all", "window", "rest", "extra"
+
+
 @functools.lru_cache(maxsize=512)
-def _fitting_statement(shape: _FitShape) -> sa.Executable:
-    """One SELECT per requested class (each driven by the class index),
-    UNION ALL: (provider, root, class, usage).
+def _fitting_statement(shape: _FitShape, scope: str = ALL) -> sa.Executable:
+    """One SELECT per requested class, UNION ALL: (provider, root, class,
+    usage).
 
     Usage is selected, not compared: a provider whose usage leaves no room
     is dropped by the solver; comparing here too would compute the sum
     twice per row for the few it removes.
+
+    ``WINDOW`` and ``EXTRA`` read a few trees: there the class is compared
+    as ``resource_class_id + 0``, which no index serves, so that every
+    planner drives the statement from the providers they name (the root
+    index, or their ids) rather than from every inventory of the class
+    (SQLite has no statistics to tell the two apart).
     """
     tree_rules = _tree_conditions(shape)
+    if scope == WINDOW:
+        scope_rule = RP.c.root_provider_id.between(_one("lo"), _one("hi"))
+    elif scope == EXTRA:
+        scope_rule = sa.or_(RP.c.id.in_(_many("sharing")), RP.c.root_provider_id.is_(None))
+    elif scope == REST:
+        scope_rule = _ROOT >= _one("lo")
     selects = []
     for i, (amounts, group_shape) in enumerate(shape.classes):
         unit_rules = []
@@ -403,7 +435,13 @@ def _fitting_statement(shape: _FitShape) -> sa.Executable:
             unit_rules.append(sa.and_(INV.c.min_unit <= value, INV.c.max_unit >= value,
                                       value % INV.c.step_size == 0,
                                       value <= (INV.c.total - INV.c.reserved) * INV.c.allocation_ratio))
-        conditions = [INV.c.resource_class_id == _one(f"c{i}"), sa.or_(*unit_rules)]
+        if scope == ALL:
+            conditions = [INV.c.resource_class_id == _one(f"c{i}")]
+        elif scope == REST:
+            conditions = [INV.c.resource_class_id == _one(f"c{i}"), scope_rule]
+        else:
+            conditions = [INV.c.resource_class_id + 0 == _one(f"c{i}"), scope_rule]
+        conditions.append(sa.or_(*unit_rules))
         if group_shape is not None:
             conditions.extend(_group_conditions(group_shape, f"c{i}"))
         if tree_rules:
@@ -608,6 +646,10 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
                                           for group in request.groups):
         return Candidates(ProviderSnapshot(), ())
     sharing = _sharing_providers(conn, request, names)
+    unsuffixed = request.group("")
+    if wanted is not None and names.max_provider_id is not None \
+            and not (unsuffixed is not None and unsuffixed.in_tree):
+        return _in_windows(conn, request, names, sharing, wanted)
     rows = _fitting_inventories(conn, request, names, sharing)
     anchors, lenders = _anchor_roots(request, names, sharing, rows)
     if not anchors:
@@ -618,6 +660,56 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
         trees.load(anchors)
         return Candidates(trees.snapshot, anchors)
     return Candidates(trees.snapshot, trees.in_rounds(anchors, wanted))
+
+
+#: Under a limit, the candidate inventories are read a window of root ids
+#: at a time (the first one spanning this many ids, or twice the limit; each
+#: further one twice as many), so that a small limit reads few trees.  A
+#: window costs more per tree than reading every inventory of a class, so
+#: once the next window would span more than 1/REST_SHARE of the ids left,
+#: the rest is read in one go.
+FIRST_WINDOW = 32
+REST_SHARE = 4
+
+
+def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: Names,
+                sharing: _Sharing, wanted: int) -> Candidates:
+    """Candidates whose anchors are found window by window, in root id order.
+
+    Every anchor is found in the window of its root: its own trees' rows
+    are all there (they carry that root), and what it may borrow comes from
+    the sharing providers, read up front with the rows that have no root of
+    their own.  So the anchors, and their order, are those of reading
+    everything at once.  (A sharing provider's rows may come twice, up
+    front and in its root's window: harmless, the same rows.)
+    """
+    shape, params = _fitting_shape(request, names, sharing)
+    extra = _rows(conn, _fitting_statement(shape, EXTRA), params)
+    lending = [row for row in extra if row[0] in sharing.roots]
+    rootless = [row for row in extra if row[0] not in sharing.roots]
+    _, lenders = _anchor_roots(request, names, sharing, lending)
+    trees = _Trees(conn, names, sharing, lending, lenders)
+    trees.load(names.in_tree_roots.values())
+    last = names.max_provider_id
+
+    def windows() -> Iterator[list[int]]:
+        low, span = names.min_provider_id, max(FIRST_WINDOW, 2 * wanted)
+        while low <= last:
+            if span * REST_SHARE > last - low + 1:
+                rows = _rows(conn, _fitting_statement(shape, REST), {**params, "lo": low})
+                high = None  # the rest, trees created meanwhile included
+            else:
+                high = low + span - 1
+                rows = list(_rows(conn, _fitting_statement(shape, WINDOW), {**params, "lo": low, "hi": high}))
+                rows.extend(row for row in rootless if low <= row[1] <= high)
+            trees.add_rows(rows)
+            anchors, _ = _anchor_roots(request, names, sharing, lending + rows)
+            yield [root for root in anchors if low <= root and (high is None or root <= high)]
+            if high is None:
+                return
+            low, span = high + 1, span * 2
+
+    return Candidates(trees.snapshot, trees.in_windows(windows(), wanted))
 
 
 def _in_trees() -> sa.ColumnElement[bool]:
@@ -648,17 +740,31 @@ class _Trees:
         self.sharing = sharing
         self.lenders = lenders
         # The usage the candidate statement read: most of what trees need.
-        self._usage = {(row[0], row[2]): int(row[3]) for row in rows}
+        self._usage: dict[tuple[int, int], int] = {}
         # Candidate inventories per root: how big a tree is, roughly.
         self._weight: dict[int, int] = {}
-        for row in rows:
-            self._weight[row[1]] = self._weight.get(row[1], 0) + 1
+        self.add_rows(rows)
         self.class_names = names.class_names
         _note_class_names(names.class_names)
         self.snapshot = ProviderSnapshot(sharing_lenders=lenders)
         self._loaded: set[int] = set()
         # Only the aggregates of sharing providers and of member_of.
         self._aggregates = sorted(sharing.members.keys() | set(names.aggregate_ids.values()))
+
+    def add_rows(self, rows: Iterable[_Fitting]) -> None:
+        """Take the usage and tree sizes of more candidate rows."""
+        usage, weight = self._usage, self._weight
+        for row in rows:
+            usage[(row[0], row[2])] = int(row[3])
+            weight[row[1]] = weight.get(row[1], 0) + 1
+
+    def in_windows(self, windows: Iterable[Sequence[int]], wanted: int) -> Iterator[int]:
+        """The anchors of each window in turn, trees loaded in rounds."""
+        given = 0
+        for anchors in windows:
+            for root in self.in_rounds(anchors, wanted - given):
+                given += 1
+                yield root
 
     def in_rounds(self, anchors: Sequence[int], wanted: int) -> Iterator[int]:
         """The anchors, loading their trees a round ahead of the search.

@@ -253,6 +253,98 @@ def test_a_small_limit_over_big_trees_reads_only_the_first(api, cloud, monkeypat
     assert {cloud.name_of(uuid)[:5] for uuid in body["provider_summaries"]} == {"host0", "dev0."}
 
 
+def _mixed_cloud(cloud: Cloud, app) -> list[str]:
+    """Flat hosts (some full, some in an aggregate with a sharing provider
+    that lends disk), nested hosts, and a tree whose root row has no root
+    id: what the windowed reading must see exactly as the whole."""
+    import sqlalchemy as sa
+
+    from allotment.db import tables
+
+    queries = ["resources=VCPU:1", "resources=VCPU:1,DISK_GB:10", "resources=DISK_GB:10",
+               "resources1=VCPU:1&resources2=VGPU:1&group_policy=isolate",
+               "resources=VCPU:1&required=HW_CPU_X86_AVX2&member_of=" + AGG_A]
+    for i in range(12):
+        cloud.provider(f"cn{i}", inventories={"VCPU": 4, "DISK_GB": 100} if i % 3 else COMPUTE,
+                       traits=("HW_CPU_X86_AVX2",) if i % 2 else (),
+                       aggregates=(AGG_A,) if i % 4 == 1 else ())
+        if i % 5 == 0:
+            cloud.allocate({f"cn{i}": {"VCPU": 4 if i % 3 else 8}})  # full
+        if i % 4 == 3:
+            cloud.provider(f"gpu{i}", f"cn{i}", inventories={"VGPU": 2})
+        if i == 6:
+            cloud.provider("ss", inventories={"DISK_GB": 1000}, traits=("MISC_SHARES_VIA_AGGREGATE",),
+                           aggregates=(AGG_A,))
+    cloud.provider("lost", inventories=COMPUTE)
+    cloud.provider("lostgpu", "lost", inventories={"VGPU": 4})
+    with app.db.write() as conn:
+        rp = tables.resource_providers
+        conn.execute(sa.update(rp).where(rp.c.uuid == cloud.names["lost"]).values(root_provider_id=None))
+    return queries
+
+
+@pytest.mark.parametrize("first_window, rest_share", [(1, 0), (3, 0), (2, 1), (32, 4), (1, 10_000)])
+def test_a_limit_reads_root_windows_and_answers_as_the_whole(api, cloud, app, monkeypatch,
+                                                               first_window, rest_share):
+    queries = _mixed_cloud(cloud, app)
+    wholes = {query: candidates(api, query)["allocation_requests"] for query in queries}
+    assert all(wholes.values())
+    monkeypatch.setattr(db, "FIRST_WINDOW", first_window)
+    monkeypatch.setattr(db, "REST_SHARE", rest_share)
+    searched = []
+    real_in_rounds = db._Trees.in_rounds
+
+    def recording_in_rounds(self, anchors, wanted):
+        for root in real_in_rounds(self, anchors, wanted):
+            searched.append(root)
+            yield root
+
+    monkeypatch.setattr(db._Trees, "in_rounds", recording_in_rounds)
+    windows = []
+    real_in_windows = db._Trees.in_windows
+
+    def recording_in_windows(self, given, wanted):
+        windows[:] = [list(window) for window in given]  # every window, read to the end
+        return real_in_windows(self, iter(windows), wanted)
+
+    monkeypatch.setattr(db._Trees, "in_windows", recording_in_windows)
+    for query, whole in wholes.items():
+        candidates(api, f"{query}&limit=1")
+        # Each root in one window only, the windows in root id order.
+        found = [root for window in windows for root in window]
+        assert found == sorted(set(found)), (query, windows)
+        for limit in (1, 2, 5, len(whole), len(whole) + 3):
+            searched.clear()
+            got = candidates(api, f"{query}&limit={limit}")
+            assert got["allocation_requests"] == whole[:limit], (query, limit)
+            # Each anchor searched once, in root id order, window after window.
+            assert searched == sorted(set(searched)), (query, limit, searched)
+            assert set(got["provider_summaries"]) >= {
+                uuid for areq in got["allocation_requests"] for uuid in areq["allocations"]}
+
+
+def test_a_small_limit_reads_the_inventories_of_few_trees(api, cloud, monkeypatch):
+    for i in range(300):
+        cloud.provider(f"cn{i}", inventories=COMPUTE)
+    read = []
+    real_rows = db._rows
+
+    def counting_rows(conn, statement, params):
+        rows = real_rows(conn, statement, params)
+        if "c0" in params:  # a candidate statement
+            read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(db, "_rows", counting_rows)
+    body = candidates(api, "resources=VCPU:1,MEMORY_MB:64&limit=3")
+    assert len(body["allocation_requests"]) == 3
+    # The first window: FIRST_WINDOW ids at most, two rows (classes) per host.
+    assert sum(read) <= 2 * db.FIRST_WINDOW, read
+    read.clear()
+    assert len(candidates(api, "resources=VCPU:1,MEMORY_MB:64")["allocation_requests"]) == 300
+    assert sum(read) == 600
+
+
 def test_nested_tree_summaries_list_the_whole_tree(api, cloud):
     cloud.provider("cn", inventories={"DISK_GB": 100})
     cloud.provider("numa0", "cn", inventories=COMPUTE)
