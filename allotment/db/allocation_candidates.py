@@ -435,13 +435,10 @@ def _fitting_statement(shape: _FitShape, scope: str = ALL) -> sa.Executable:
             unit_rules.append(sa.and_(INV.c.min_unit <= value, INV.c.max_unit >= value,
                                       value % INV.c.step_size == 0,
                                       value <= (INV.c.total - INV.c.reserved) * INV.c.allocation_ratio))
-        if scope == ALL:
-            conditions = [INV.c.resource_class_id == _one(f"c{i}")]
-        elif scope == REST:
-            conditions = [INV.c.resource_class_id == _one(f"c{i}"), scope_rule]
-        else:
-            conditions = [INV.c.resource_class_id + 0 == _one(f"c{i}"), scope_rule]
-        conditions.append(sa.or_(*unit_rules))
+        class_id = INV.c.resource_class_id + 0 if scope in (WINDOW, EXTRA) else INV.c.resource_class_id
+        conditions = [class_id == _one(f"c{i}"), sa.or_(*unit_rules)]
+        if scope != ALL:
+            conditions.append(scope_rule)
         if group_shape is not None:
             conditions.extend(_group_conditions(group_shape, f"c{i}"))
         if tree_rules:
@@ -646,9 +643,7 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
                                           for group in request.groups):
         return Candidates(ProviderSnapshot(), ())
     sharing = _sharing_providers(conn, request, names)
-    unsuffixed = request.group("")
-    if wanted is not None and names.max_provider_id is not None \
-            and not (unsuffixed is not None and unsuffixed.in_tree):
+    if _windowed(request, names, wanted):
         return _in_windows(conn, request, names, sharing, wanted)
     rows = _fitting_inventories(conn, request, names, sharing)
     anchors, lenders = _anchor_roots(request, names, sharing, rows)
@@ -672,6 +667,27 @@ FIRST_WINDOW = 32
 REST_SHARE = 4
 
 
+def _first_span(wanted: int) -> int:
+    return max(FIRST_WINDOW, 2 * wanted)
+
+
+def _rest_now(span: int, low: int, last: int) -> bool:
+    """Would a window of ``span`` ids from ``low`` cover too much of what is left?"""
+    return span * REST_SHARE > last - low + 1
+
+
+def _windowed(request: AllocationCandidatesRequest, names: Names, wanted: int | None) -> bool:
+    """Read in windows: only the first ``wanted`` anchors are needed, they
+    may come from any tree, and the first window would not already cover
+    most ids (then one statement over everything costs less)."""
+    if wanted is None or names.max_provider_id is None:
+        return False
+    unsuffixed = request.group("")
+    if unsuffixed is not None and unsuffixed.in_tree:
+        return False
+    return not _rest_now(_first_span(wanted), names.min_provider_id, names.max_provider_id)
+
+
 def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: Names,
                 sharing: _Sharing, wanted: int) -> Candidates:
     """Candidates whose anchors are found window by window, in root id order.
@@ -693,9 +709,9 @@ def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: N
     last = names.max_provider_id
 
     def windows() -> Iterator[list[int]]:
-        low, span = names.min_provider_id, max(FIRST_WINDOW, 2 * wanted)
+        low, span = names.min_provider_id, _first_span(wanted)
         while low <= last:
-            if span * REST_SHARE > last - low + 1:
+            if _rest_now(span, low, last):
                 rows = _rows(conn, _fitting_statement(shape, REST), {**params, "lo": low})
                 high = None  # the rest, trees created meanwhile included
             else:

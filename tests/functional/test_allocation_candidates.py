@@ -309,6 +309,7 @@ def test_a_limit_reads_root_windows_and_answers_as_the_whole(api, cloud, app, mo
 
     monkeypatch.setattr(db._Trees, "in_windows", recording_in_windows)
     for query, whole in wholes.items():
+        windows.clear()
         candidates(api, f"{query}&limit=1")
         # Each root in one window only, the windows in root id order.
         found = [root for window in windows for root in window]
