@@ -474,6 +474,21 @@ def _anchor_roots(request: AllocationCandidatesRequest, names: Names, sharing: _
     it may be the provider that group names).
     """
     needed = {names.class_ids[rc] for rc in request.resource_class_names()}
+    local, borrowed, lenders = _reach(request, sharing, rows)
+    nothing: set[int] = set()
+    anchors = [root for root in sorted(local.keys() | borrowed.keys())
+               if needed <= local.get(root, nothing) | borrowed.get(root, nothing)]
+    unsuffixed = request.group("")
+    if unsuffixed is not None and unsuffixed.in_tree:
+        only = names.in_tree_roots[unsuffixed.in_tree]
+        anchors = [root for root in anchors if root == only]
+    return anchors, lenders
+
+
+def _reach(request: AllocationCandidatesRequest, sharing: _Sharing, rows: Sequence[_Fitting]
+           ) -> tuple[dict[int, set[int]], dict[int, set[int]], dict[int, list[int]]]:
+    """(root -> classes its own providers hold in ``rows``, root -> classes
+    sharing providers of other trees lend it, root -> those lenders)."""
     local: dict[int, set[int]] = {}
     lent: dict[int, set[int]] = {}  # sharing provider -> classes it can lend
     for pid, root, class_id, _ in rows:
@@ -490,14 +505,7 @@ def _anchor_roots(request: AllocationCandidatesRequest, names: Names, sharing: _
             if root != sharing.roots[pid]:
                 borrowed.setdefault(root, set()).update(lent[pid])
                 lenders.setdefault(root, []).append(pid)
-    nothing: set[int] = set()
-    anchors = [root for root in sorted(local.keys() | borrowed.keys())
-               if needed <= local.get(root, nothing) | borrowed.get(root, nothing)]
-    unsuffixed = request.group("")
-    if unsuffixed is not None and unsuffixed.in_tree:
-        only = names.in_tree_roots[unsuffixed.in_tree]
-        anchors = [root for root in anchors if root == only]
-    return anchors, lenders
+    return local, borrowed, lenders
 
 
 # ---------------------------------------------------------------------------
@@ -857,3 +865,54 @@ class _Trees:
                        for record, amount in zip(records, used) if record[0] in class_names}
         _INVENTORIES.put(pid, uuid, generation, (used, inventories))
         return inventories
+
+
+# ---------------------------------------------------------------------------
+# Every tree the request concerns, for explanations
+# ---------------------------------------------------------------------------
+
+#: Every inventory of the requested classes, whatever the amounts and rules.
+_EVERY_INVENTORY = (sa.select(INV.c.resource_provider_id, _ROOT, INV.c.resource_class_id, _USAGE)
+                    .join(RP, RP.c.id == INV.c.resource_provider_id)
+                    .where(INV.c.resource_class_id.in_(_many("classes"))))
+_CLOUD_SIZE = sa.select(sa.func.count(), sa.func.sum(sa.case((RP.c.parent_provider_id.is_(None), 1), else_=0)))
+_LABELS = sa.select(RP.c.id, RP.c.uuid, RP.c.name).where(RP.c.id.in_(_many("ids")))
+
+
+@dataclasses.dataclass
+class AllTrees:
+    """What an explanation looks at: the complete trees of every provider
+    holding a requested class (however little, whatever its traits), of
+    the sharing providers holding one and of every tree they reach, and of
+    the ``in_tree`` providers; ``roots`` are those trees in id order (the
+    order candidates are searched in).  Loaded by the same code as
+    :func:`load_candidates`'s trees, without its narrowing."""
+
+    snapshot: ProviderSnapshot
+    roots: list[int]
+
+
+def load_all_trees(conn: Connection, request: AllocationCandidatesRequest, names: Names) -> AllTrees:
+    """The trees an explanation of ``request`` needs (see :class:`AllTrees`)."""
+    classes = sorted(names.class_ids[rc] for rc in request.resource_class_names() if rc in names.class_ids)
+    sharing = _sharing_providers(conn, request, names)
+    rows = _rows(conn, _EVERY_INVENTORY, {"classes": classes}) if classes else []
+    local, borrowed, lenders = _reach(request, sharing, rows)
+    trees = _Trees(conn, names, sharing, rows, lenders)
+    in_tree = list((names.in_tree_roots or {}).values())
+    roots = sorted(local.keys() | borrowed.keys() | set(in_tree))
+    trees.load(roots)
+    return AllTrees(trees.snapshot, roots)
+
+
+def cloud_size(conn: Connection) -> tuple[int, int]:
+    """(providers, root providers) in the whole cloud."""
+    providers, roots = _rows(conn, _CLOUD_SIZE, {})[0]
+    return int(providers), int(roots or 0)
+
+
+def provider_labels(conn: Connection, ids: Collection[int]) -> dict[int, tuple[str, str]]:
+    """id -> (uuid, name) of some providers (those an explanation names)."""
+    if not ids:
+        return {}
+    return {pid: (uuid, name) for pid, uuid, name in _rows(conn, _LABELS, {"ids": sorted(ids)})}

@@ -56,6 +56,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from allotment.domain import capacity as cap
 from allotment.domain.provider_tree import Provider, ProviderSnapshot
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
@@ -63,6 +64,21 @@ from allotment.domain.request_groups import (
 DEPTH_FIRST = "depth-first"
 BREADTH_FIRST = "breadth-first"
 STRATEGIES = (DEPTH_FIRST, BREADTH_FIRST)
+
+# The rules the search checks once every group has providers, in the order
+# an explanation reports them.  A plan may be built with some of them
+# switched off (``relaxed``): that is how :mod:`allotment.domain.explain`
+# finds which rule eliminates a tree, with this very search rather than a
+# second implementation of the rules.  Answers always enforce them all.
+TRAITS_TOGETHER = "traits_together"    # the unsuffixed group's required traits
+ISOLATE = "isolate"                    # group_policy=isolate
+COMBINED_CAPACITY = "combined_capacity"  # amounts of several groups on one provider
+SAME_SUBTREE = "same_subtree"
+ONE_PROVIDER_PER_TREE = "one_provider_per_tree"  # before 1.29
+SEARCH_RULES = (TRAITS_TOGETHER, ISOLATE, COMBINED_CAPACITY, SAME_SUBTREE, ONE_PROVIDER_PER_TREE)
+#: Not a rule of the request: a candidate made of sharing providers only is
+#: produced once, under the first anchor that reaches it.
+DISTINCT = "distinct"
 
 
 # ---------------------------------------------------------------------------
@@ -322,12 +338,19 @@ class _Plan:
 
     def __init__(self, request: AllocationCandidatesRequest,
                  snapshot: ProviderSnapshot,
-                 in_tree_roots: dict[str, int]):
+                 in_tree_roots: dict[str, int],
+                 relaxed: frozenset[str] = frozenset()):
         self.request = request
         self.snapshot = snapshot
         self.in_tree_roots = in_tree_roots
-        self.isolate = request.isolate
-        self.nested_aware = request.nested_aware
+        #: Rules switched off (see SEARCH_RULES); empty for an answer.
+        self.relaxed = relaxed
+        self.isolate = request.isolate and ISOLATE not in relaxed
+        self.nested_aware = request.nested_aware or ONE_PROVIDER_PER_TREE in relaxed
+        self.combined = COMBINED_CAPACITY not in relaxed
+        self.distinct = DISTINCT not in relaxed
+        #: The search used per anchor (explain counts its steps).
+        self.search_class = _Search
         self.slots: list[_Slot] = []
         unsuffixed = request.group("")
         if unsuffixed is not None:
@@ -350,7 +373,7 @@ class _Plan:
         slot_of = {s.suffix: i for i, s in enumerate(self.slots) if s.single}
         self.subtree_sets: list[tuple[int, ...]] = []
         self.subtree_checks: dict[int, list[tuple[int, ...]]] = {}
-        for suffixes in request.same_subtrees:
+        for suffixes in (() if SAME_SUBTREE in relaxed else request.same_subtrees):
             idx = tuple(sorted(slot_of[s] for s in suffixes if s in slot_of))
             if len(idx) > 1:
                 self.subtree_sets.append(idx)
@@ -363,7 +386,8 @@ class _Plan:
         self.lenders = snapshot.sharing_providers_by_anchor()
         self.lending = bool(self.lenders)
         self.check_traits = (self.unsuffixed is not None
-                             and bool(self.unsuffixed.traits.required))
+                             and bool(self.unsuffixed.traits.required)
+                             and TRAITS_TOGETHER not in relaxed)
         self.slot_count = len(self.slots)
         # For trees of one provider (see _lone): what every slot together
         # puts on it, and the classes asked for by more than one slot.
@@ -373,7 +397,8 @@ class _Plan:
             for rc, amount in slot.amounts:
                 self._lone_amounts[rc] = self._lone_amounts.get(rc, 0) + amount
                 asked[rc] = asked.get(rc, 0) + 1
-        self._lone_shared = [rc for rc, count in asked.items() if count > 1]
+        self._lone_shared = [rc for rc, count in asked.items()
+                             if count > 1 and self.combined]
         self._lone_suffixes = list(dict.fromkeys(
             slot.suffix for slot in self.slots))
         self._lone_isolation_fails = self.isolate and sum(
@@ -381,9 +406,10 @@ class _Plan:
 
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
-              snapshot: ProviderSnapshot) -> _Plan | None:
+              snapshot: ProviderSnapshot,
+              relaxed: frozenset[str] = frozenset()) -> _Plan | None:
         """A plan, or None when some ``in_tree`` provider is unknown (no
-        candidate can then exist)."""
+        candidate can then exist).  ``relaxed``: rules switched off."""
         roots = {}
         for grp in request.groups:
             if grp.in_tree:
@@ -391,7 +417,7 @@ class _Plan:
                 if prov is None:
                     return None
                 roots[grp.in_tree] = prov.root_id
-        plan = cls(request, snapshot, roots)
+        plan = cls(request, snapshot, roots, relaxed)
         if not plan.slots:
             return None
         return plan
@@ -458,15 +484,13 @@ class _Plan:
 
     # -- domains -------------------------------------------------------------
 
-    def _domains(self, root: int) -> list[list[int]] | None:
-        """Viable providers of every slot for this anchor, or None when
-        some slot has none.  Slots with identical requirements share one
-        list."""
-        snapshot = self.snapshot
+    def _slot_domains(self, root: int) -> Iterator[list[int]]:
+        """The viable providers of each slot for this anchor, slot by slot
+        (lazily: a caller may stop at the first empty one).  Slots with
+        identical requirements share one list."""
         sharing = self.lenders.get(root, ())
-        by_class = snapshot.tree_by_class(root)
+        by_class = self.snapshot.tree_by_class(root)
         memo: dict[tuple, list[int]] = {}
-        domains = []
         for slot in self.slots:
             domain = memo.get(slot.signature)
             if domain is None:
@@ -477,10 +501,23 @@ class _Plan:
                     domain = self._multi_domain(slot, root, by_class,
                                                 sharing)
                 memo[slot.signature] = domain
+            yield domain
+
+    def all_domains(self, root: int) -> list[list[int]]:
+        """Every slot's viable providers for this anchor, empty ones
+        included (explain says which slots have none)."""
+        return list(self._slot_domains(root))
+
+    def _domains(self, root: int) -> list[list[int]] | None:
+        """Viable providers of every slot for this anchor, or None when
+        some slot has none."""
+        snapshot = self.snapshot
+        domains = []
+        for domain in self._slot_domains(root):
             if not domain:
                 return None
             domains.append(domain)
-        if self.unsuffixed is not None and self.unsuffixed.traits.required:
+        if self.check_traits:
             # Cheap test before searching: even all the providers the
             # unsuffixed classes could use together lack a required trait.
             available: set[str] = set()
@@ -566,7 +603,7 @@ class _Plan:
         domains = self._domains(root)
         if domains is None:
             return ()
-        search = _Search(self, root, domains)
+        search = self.search_class(self, root, domains)
         for domain in domains:
             if len(domain) != 1:
                 return search.run()
@@ -630,7 +667,7 @@ class _Plan:
         Only a candidate made purely of sharing providers can be reached
         from more than one anchor, so only those are remembered.
         """
-        if not self.lending:
+        if not self.lending or not self.distinct:
             return False
         snapshot = self.snapshot
         if not all(snapshot.get(pid).is_sharing for pid in picked):
@@ -680,8 +717,10 @@ class _Search:
         key = (pid, rc)
         found = self.limits.get(key)
         if found is None:
-            inv = self.plan.snapshot.get(pid).inventories[rc]
-            found = inv.combined_limit
+            if self.plan.combined:
+                found = self.plan.snapshot.get(pid).inventories[rc].combined_limit
+            else:
+                found = cap.MAX_INT * len(self.slots)  # rule switched off
             self.limits[key] = found
         return found
 
