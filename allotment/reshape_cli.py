@@ -51,6 +51,13 @@ def report(response: Any, out: TextIO | None = None, err: TextIO | None = None) 
         print(f"{status}: reshape applied", file=out)
         return 0
     print(f"{status}: reshape refused", file=err)
+    print_errors(response, err)
+    return 1
+
+
+def print_errors(response: Any, err: TextIO) -> None:
+    """Each error of an API error response, its code and the specific
+    sentence of its detail, one line each."""
     try:
         errors = response.json()["errors"]
     except (ValueError, KeyError, TypeError):
@@ -59,7 +66,6 @@ def report(response: Any, out: TextIO | None = None, err: TextIO | None = None) 
         detail = _essential(str(error.get("detail", "")))
         code = error.get("code")
         print(f"  {code}: {detail}" if code else f"  {detail}", file=err)
-    return 1
 
 
 def _essential(detail: str) -> str:

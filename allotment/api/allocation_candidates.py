@@ -54,11 +54,7 @@ SAFETY_CAP = 20_000
 
 def list_allocation_candidates(req: Request) -> webob.Response:
     """GET /allocation_candidates."""
-    try:
-        pairs = list(req.GET.items())
-    except UnicodeDecodeError as error:
-        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
-    request = parse_allocation_candidates(pairs, req.version)
+    request = parse_query(req)
     with solver.gc_paused():
         # The answer's objects are all freed (by reference counting) when
         # _answer returns, before the collector resumes: it then has no
@@ -66,15 +62,40 @@ def list_allocation_candidates(req: Request) -> webob.Response:
         return json_response(req, _answer(req, request))
 
 
+def parse_query(req: Request) -> AllocationCandidatesRequest:
+    """The request the query string makes, or Placement's 400 (``GET
+    /allotment/explain`` reads its query with this too)."""
+    try:
+        pairs = list(req.GET.items())
+    except UnicodeDecodeError as error:
+        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
+    return parse_allocation_candidates(pairs, req.version)
+
+
+def find(req: Request, conn, request: AllocationCandidatesRequest) -> tuple[db.Names, solver.AllocationCandidates]:
+    """The names of the request and its answer, read with ``conn`` (the
+    same steps for an answer and for an explanation)."""
+    try:
+        names = db.resolve_names(conn, request)
+    except ResourceClassNotFound as error:
+        raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
+    candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
+    return names, _solve(req, request, candidates)
+
+
+def generation_cap(conf) -> tuple[int, str]:
+    """(the most candidates generated, what sets it): ``[placement]
+    max_allocation_candidates``, or the safety cap when that is -1."""
+    cap = conf.placement.max_allocation_candidates
+    if cap < 0:
+        return SAFETY_CAP, "safety cap"
+    return cap, "max_allocation_candidates"
+
+
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        try:
-            names = db.resolve_names(conn, request)
-        except ResourceClassNotFound as error:
-            raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
-        candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
-        found = _solve(req, request, candidates)
+        _, found = find(req, conn, request)
     return {
         "allocation_requests": _allocation_requests(req, found.allocation_requests),
         "provider_summaries": _provider_summaries(req, request, found.provider_summaries),
@@ -94,11 +115,11 @@ def _wanted(req: Request, request: AllocationCandidatesRequest) -> int | None:
 def _solve(req: Request, request: AllocationCandidatesRequest,
            candidates: db.Candidates) -> solver.AllocationCandidates:
     conf = req.app.conf.placement
-    cap = conf.max_allocation_candidates
-    safety = cap < 0
+    cap, _ = generation_cap(req.app.conf)
+    safety = conf.max_allocation_candidates < 0
     found = solver.find_allocation_candidates(
         request, candidates.snapshot,
-        max_candidates=SAFETY_CAP if safety else cap,
+        max_candidates=cap,
         strategy=conf.allocation_candidates_generation_strategy,
         randomize=conf.randomize_allocation_candidates,
         anchors=candidates.anchors)

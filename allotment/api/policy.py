@@ -285,6 +285,19 @@ _OPERATION_RULES: list[policy.DocumentedRuleDefault] = [
 #: Every rule Placement registers, in the order upstream registers them.
 DEFAULT_RULES: list[policy.RuleDefault] = _BASE_RULES + _OPERATION_RULES
 
+# ---------------------------------------------------------------------------
+# Allotment's own rules, for its routes outside Placement's URL space
+# ---------------------------------------------------------------------------
+
+EXPLAIN = "allotment:explain"
+
+#: Registered beside Placement's; a policy file overrides them the same way.
+ALLOTMENT_RULES: list[policy.RuleDefault] = [
+    _op(EXPLAIN, RULE_ADMIN_API,
+        "Explain what GET /allocation_candidates finds for a query string, filter by filter.",
+        [("GET", "/allotment/explain")]),
+]
+
 
 # ---------------------------------------------------------------------------
 # Enforcer
@@ -414,6 +427,7 @@ def make_enforcer(conf: cfg.ConfigOpts) -> policy.Enforcer:
     # on every start with enforce_new_defaults=False; upstream mutes them too.
     enforcer.suppress_default_change_warnings = True
     enforcer.register_defaults(DEFAULT_RULES)
+    enforcer.register_defaults(ALLOTMENT_RULES)
     enforcer.load_rules()
     return enforcer
 

@@ -112,4 +112,8 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
     "/reshaper": {
         "POST": E("reshaper:reshape", "placement:reshaper:reshape", "1.30", body=True),
     },
+    # Allotment's own routes, outside Placement's URL space.
+    "/allotment/explain": {
+        "GET": E("explain:explain", "allotment:explain"),
+    },
 }
