@@ -68,11 +68,12 @@ def run_serve(args) -> int:
             return 2
         LOG.warning("serving noauth2 on non-loopback address %s: every caller can claim any identity",
                     args.host)
+    metrics_dir = server.prepare_metrics(conf)  # before the application is built
     app = service.build_application(conf)
     app.db.dispose()  # never share the migration's connections with forked workers
     workers = args.workers or max(2, os.cpu_count() or 1)
     server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,
-               timeout=args.timeout)
+               timeout=args.timeout, metrics_dir=metrics_dir)
     return 0
 
 

@@ -73,6 +73,19 @@ placement_opts = [
                help="Which candidates survive when max_allocation_candidates cuts generation short."),
 ]
 
+#: Allotment's own options (not Placement's), in ``[allotment]``.
+allotment_opts = [
+    cfg.BoolOpt("metrics", default=False,
+                help="Serve Prometheus metrics at GET /metrics (guarded by the policy rule allotment:metrics, "
+                     "admin by default)."),
+    cfg.BoolOpt("metrics_public", default=False,
+                help="Serve GET /metrics to anyone who can reach the port, without a token or policy check "
+                     "(for scrapers without keystone credentials)."),
+    cfg.IntOpt("metrics_capacity_cache_seconds", default=10, min=0,
+               help="Seconds the capacity gauges of GET /metrics are reused before the database is asked "
+                    "again (one grouped query)."),
+]
+
 default_opts = [
     cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
     cfg.StrOpt("log_file", help="Also log to this file."),
@@ -85,6 +98,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(api_opts, group="api")
     conf.register_opts(database_opts, group="placement_database")
     conf.register_opts(placement_opts, group="placement")
+    conf.register_opts(allotment_opts, group="allotment")
     # Library-owned groups: registering them here makes values readable
     # before the library itself is loaded, and validation happens at start.
     from oslo_middleware import cors
@@ -155,7 +169,7 @@ def validate(conf: cfg.ConfigOpts) -> None:
     the file into ``ConfigFileValueError`` naming the group and option.
     """
     checks = [(group_name, opt_name)
-              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors")
+              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment")
               for opt_name in conf[group_name]]
     checks += [(None, "debug"), (None, "log_file")]
     for group_name, opt_name in checks:

@@ -96,6 +96,8 @@ def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
         _, found = find(req, conn, request)
+    if req.app.metrics is not None:
+        req.app.metrics.observe_candidates(len(found.allocation_requests))
     return {
         "allocation_requests": _allocation_requests(req, found.allocation_requests),
         "provider_summaries": _provider_summaries(req, request, found.provider_summaries),

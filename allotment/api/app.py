@@ -49,6 +49,7 @@ class Router:
     def __init__(self, routes: dict[str, dict[str, Endpoint]]):
         self._static: dict[str, dict[str, Endpoint]] = {}
         self._dynamic: list[tuple[re.Pattern, dict[str, Endpoint]]] = []
+        self._templates = {id(methods): template for template, methods in routes.items()}
         for template, methods in routes.items():
             if "{" in template:
                 self._dynamic.append((_compile(template), methods))
@@ -67,6 +68,11 @@ class Router:
             if found:
                 return methods, found.groupdict()
         return None
+
+    def template(self, path: str) -> str | None:
+        """The route template a path matches (``/resource_providers/{uuid}``), if any."""
+        found = self.match(path)
+        return self._templates[id(found[0])] if found else None
 
     def handler(self, endpoint: Endpoint) -> Callable:
         handler = self._handlers.get(endpoint.handler)
@@ -97,8 +103,16 @@ class Application:
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
         self.router = Router(ROUTES)
+        self.metrics = None
+        if conf.allotment.metrics:
+            from allotment.api.metrics import Metrics
+
+            self.metrics = Metrics(conf, database, self.router.template)
+            database.on_retry = self.metrics.database_retry
         inner: Callable = self._dispatch
         inner = auth.wrap(inner, conf, strategy=auth_strategy)
+        if self.metrics is not None and self.metrics.public:
+            inner = self.metrics.public_route(inner)
         inner = self._guard(inner)
         if conf.cors.allowed_origin:
             from oslo_middleware import cors
@@ -127,6 +141,8 @@ class Application:
             headers.append((REQUEST_ID_HEADER, request_id))
             start_response(status_line, headers)
             self._log(environ, status_line, len(body), None, started, request_id)
+            if self.metrics is not None:
+                self.metrics.observe_request(environ, status_line, started)
             return [body]
         environ["allotment.version"] = version
         extra = microversion.response_headers(version) + [(REQUEST_ID_HEADER, request_id)]
@@ -142,6 +158,8 @@ class Application:
             return self._inner(environ, _start)
         finally:
             self._log(environ, state["status"], state["length"], version, started, request_id)
+            if self.metrics is not None:
+                self.metrics.observe_request(environ, state["status"], started)
 
     def _log(self, environ, status, length, version, started, request_id) -> None:
         path = environ.get("PATH_INFO", "")
@@ -168,6 +186,7 @@ class Application:
                 LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
                 http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
                                                    f"for request {environ.get('openstack.request_id')}.")
+            environ["allotment.error_code"] = http_error.code
             status_line, headers, body = errors.render(
                 http_error, request_id=environ.get("openstack.request_id", ""),
                 version=environ.get("allotment.version"), accept=environ.get("HTTP_ACCEPT"))

@@ -290,12 +290,16 @@ DEFAULT_RULES: list[policy.RuleDefault] = _BASE_RULES + _OPERATION_RULES
 # ---------------------------------------------------------------------------
 
 EXPLAIN = "allotment:explain"
+METRICS = "allotment:metrics"
 
 #: Registered beside Placement's; a policy file overrides them the same way.
 ALLOTMENT_RULES: list[policy.RuleDefault] = [
     _op(EXPLAIN, RULE_ADMIN_API,
         "Explain what GET /allocation_candidates finds for a query string, filter by filter.",
         [("GET", "/allotment/explain")]),
+    _op(METRICS, RULE_ADMIN_API,
+        "Read the Prometheus metrics (when [allotment] metrics is on and metrics_public is off).",
+        [("GET", "/metrics")]),
 ]
 
 

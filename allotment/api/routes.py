@@ -116,4 +116,8 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
     "/allotment/explain": {
         "GET": E("explain:explain", "allotment:explain"),
     },
+    # 404 unless [allotment] metrics is on (see api/metrics.py).
+    "/metrics": {
+        "GET": E("metrics:scrape", "allotment:metrics", produces_json=False),
+    },
 }

@@ -169,6 +169,10 @@ class Database:
         self.url = url
         self._engine_kwargs = engine_kwargs
         self._engine: Engine | None = None
+        #: Told each time run_write re-runs a transaction: "transient" (a
+        #: deadlock, serialization failure or lock) or "race" (an error
+        #: listed in retry_on, such as a lost generation swap).  Metrics.
+        self.on_retry: Callable[[str], None] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -231,8 +235,12 @@ class Database:
                     raise
                 transient_left -= 1
                 LOG.debug("transient database error, retrying: %s", error.orig)
+                reason = "transient"
             except retry_on:
                 if chosen_left <= 0:
                     raise
                 chosen_left -= 1
+                reason = "race"
+            if self.on_retry is not None:
+                self.on_retry(reason)
             time.sleep(random.uniform(0.001, 0.02))
