@@ -335,6 +335,8 @@ def amount_problems(suffix: str, rc: str, amount: int, inv: ProviderInventory,
                     provider_id: int) -> list[Problem]:
     """Every rule ``amount`` of ``rc`` breaks on ``inv`` (empty exactly when
     ``inv.fits(amount)``)."""
+    if inv.fits(amount):
+        return []
     found = []
     for kind, broken in ((MIN_UNIT, amount < inv.min_unit), (MAX_UNIT, amount > inv.max_unit),
                          (STEP_SIZE, amount % inv.step_size != 0), (CAPACITY, amount > inv.free)):
@@ -344,6 +346,8 @@ def amount_problems(suffix: str, rc: str, amount: int, inv: ProviderInventory,
 
 
 def _trait_problems(suffix: str, traits: TraitExpression, prov: Provider, required: bool) -> list[Problem]:
+    if not traits:
+        return []
     found = []
     have = prov.traits
     if required:
@@ -617,6 +621,8 @@ class _Explainer:
         for root in self.roots:
             tree = TreeVerdict(root, candidates=counts.get(root, 0))
             result.trees.append(tree)
+            if tree.candidates:
+                continue  # anchored candidates: it serves
             if only is not None and root != only:
                 tree.stage = IN_TREE
                 tree.problems.append(Problem(IN_TREE, "", provider_id=root, subject=(unsuffixed.in_tree,),
@@ -634,8 +640,6 @@ class _Explainer:
             if tree.stage is not None:
                 # Would it have the unsuffixed group's traits, had it room?
                 tree.problems.extend(self._missing_traits(root))
-                continue
-            if tree.candidates:
                 continue
             if root in unreached or plan.lending:
                 # Not counted (past the cap), or only repeats of candidates
@@ -851,9 +855,17 @@ class _Explainer:
 
     def _sum_up(self, result: Explanation) -> None:
         reasons: collections.Counter[str] = collections.Counter()
+        phrases: dict[tuple, str] = {}  # many trees share each reason: word it once
         for tree in result.trees:
             if tree.stage is not None:
-                reasons.update({p.reason for p in tree.problems})
+                found = set()
+                for p in tree.problems:
+                    key = (p.kind, p.group, p.resource_class, p.subject, p.sentence)
+                    phrase = phrases.get(key)
+                    if phrase is None:
+                        phrase = phrases[key] = p.reason
+                    found.add(phrase)
+                reasons.update(found)
         outside = self.trees_total - len(self.roots)
         if outside > 0:
             reasons[f"no {' or '.join(self.request.resource_class_names())} inventory"] += outside
