@@ -321,7 +321,8 @@ class Explanation:
             return head + "."
         shown = [f"{count} {phrase}" for phrase, count in self.reasons[:VERDICT_REASONS]]
         if len(self.reasons) > VERDICT_REASONS:
-            shown.append(f"{len(self.reasons) - VERDICT_REASONS} more reasons")
+            more = len(self.reasons) - VERDICT_REASONS
+            shown.append(f"{more} more reason{'s' if more > 1 else ''}")
         if serving:
             return f"{head}; the other {total - serving}: {', '.join(shown)}."
         return f"{head}: {', '.join(shown)}."
@@ -346,7 +347,8 @@ def amount_problems(suffix: str, rc: str, amount: int, inv: ProviderInventory,
 
 
 def _trait_problems(suffix: str, traits: TraitExpression, prov: Provider, required: bool) -> list[Problem]:
-    if not traits:
+    required = required and bool(traits.required)
+    if not required and not traits.forbidden:
         return []
     found = []
     have = prov.traits
