@@ -45,6 +45,7 @@ from allotment.api.http import Request
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PATH = "/metrics"
 CONCURRENT_UPDATE = "placement.concurrent_update"
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CANDIDATE_BUCKETS = (0, 1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 20000)
@@ -86,6 +87,8 @@ class Metrics:
     def observe_request(self, environ: dict, status: str, started: float) -> None:
         route = self._route_of(environ.get("PATH_INFO") or "/") or "unmatched"
         method = environ.get("REQUEST_METHOD", "")
+        if method not in METHODS:
+            method = "other"  # any token is a method to HTTP: keep the label set bounded
         code = str(status).split(" ", 1)[0]
         self.requests.labels(route, method, code).inc()
         self.latency.labels(route, method, code).observe(time.monotonic() - started)

@@ -81,12 +81,15 @@ def test_requests_by_route_template_method_and_status(metered):
     api.get(f"/resource_providers/{cn}")
     api.get("/resource_providers/not-a-provider")
     api.get("/no/such/path")
+    api.request("BREW", "/resource_providers")
     found = scrape(api)
     template = "/resource_providers/{uuid}"
     # Cloud.put reads the provider once, and we asked once: 2 answers of 200.
     assert value(found, "allotment_http_requests_total", route=template, method="GET", status="200") == 2
     assert value(found, "allotment_http_requests_total", route=template, method="GET", status="404") == 1
     assert value(found, "allotment_http_requests_total", route="unmatched", method="GET", status="404") == 1
+    assert value(found, "allotment_http_requests_total", route="/resource_providers", method="other",
+                 status="405") == 1
     assert value(found, "allotment_http_request_duration_seconds_count", route=template, method="GET",
                  status="200") == 2
     assert value(found, "allotment_http_request_duration_seconds_bucket", route=template, method="GET",
