@@ -6,6 +6,7 @@ multi-worker ``allotment serve``, every worker's requests counted.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -189,42 +190,57 @@ def test_capacity_is_read_once_per_cache_period(metered, monkeypatch):
 
 # -- several workers, one count ------------------------------------------------------------
 
-def test_a_multi_worker_server_counts_every_worker(tmp_path_factory):
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """allotment serve with metrics on, three workers of one thread each."""
     url, drop = create_database(tmp_path_factory, "metrics")
     config = write_config(tmp_path_factory.mktemp("metrics"), url, extra="""
         [allotment]
         metrics = true
         """)
-    live = serve(config, "--workers", "3", "--threads", "1")
+    server = serve(config, "--workers", "3", "--threads", "1")
     try:
-        live.wait_ready()
-        sent = 0
-        lock = threading.Lock()
-
-        def client():
-            nonlocal sent
-            for _ in range(15):
-                # A new connection each time, so the workers share the load.
-                resp = requests.get(live.url + "/resource_providers", headers={"X-Auth-Token": "admin"},
-                                    timeout=30)
-                assert resp.status_code == 200
-                with lock:
-                    sent += 1
-
-        threads = [threading.Thread(target=client) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        pids = {line.split()[2] for line in live.log().splitlines() if '"GET /resource_providers"' in line}
-        assert len(pids) >= 2, pids
-        resp = requests.get(live.url + "/metrics", headers={"X-Auth-Token": "admin"}, timeout=30)
-        assert resp.status_code == 200, resp.text
-        found = samples(resp.text)
-        assert value(found, "allotment_http_requests_total", route="/resource_providers", method="GET",
-                     status="200") == sent == 60
-        assert value(found, "allotment_http_request_duration_seconds_count", route="/resource_providers",
-                     method="GET", status="200") == 60
+        server.wait_ready()
+        yield server
     finally:
-        live.stop()
+        server.stop()
         drop()
+
+
+def test_a_multi_worker_server_counts_every_worker(live):
+    sent = 0
+    lock = threading.Lock()
+
+    def client():
+        nonlocal sent
+        for _ in range(15):
+            # A new connection each time, so the workers share the load.
+            resp = requests.get(live.url + "/resource_providers", headers={"X-Auth-Token": "admin"}, timeout=30)
+            assert resp.status_code == 200
+            with lock:
+                sent += 1
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    pids = {line.split()[2] for line in live.log().splitlines() if '"GET /resource_providers"' in line}
+    assert len(pids) >= 2, pids
+    resp = requests.get(live.url + "/metrics", headers={"X-Auth-Token": "admin"}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    found = samples(resp.text)
+    assert value(found, "allotment_http_requests_total", route="/resource_providers", method="GET",
+                 status="200") == sent == 60
+    assert value(found, "allotment_http_request_duration_seconds_count", route="/resource_providers",
+                 method="GET", status="200") == 60
+
+
+def test_allotment_explain_asks_a_running_server(live, capsys):
+    from allotment import cli
+
+    assert cli.main(["explain", "--url", live.url, "--token", "admin", "--json", "resources=VCPU:1"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["verdict"] == "0/0 trees can serve this request."
+    assert cli.main(["explain", "--url", live.url, "--token", "demo", "resources=VCPU:1"]) == 1
+    assert capsys.readouterr().err.startswith("403 Forbidden")
