@@ -203,7 +203,12 @@ class Application:
         req.app = self
         req.context = RequestContext.from_environ(environ, req.request_id)
         _check_content_length(environ)
-        found = self.router.match(req.path_info or "/")
+        path = decoded_path(environ)
+        if "\x00" in path:
+            # No write accepts a NUL, so nothing can be named with one (and
+            # PostgreSQL could not even be asked).
+            raise errors.HTTPError(404)
+        found = self.router.match(path or "/")
         if found is None:
             raise errors.HTTPError(404)
         methods, urlvars = found
@@ -224,6 +229,22 @@ class Application:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)
         return response(environ, start_response)
+
+
+def decoded_path(environ: dict) -> str:
+    """PATH_INFO as text: UTF-8, or Latin-1 when the bytes are not UTF-8.
+
+    A WSGI server hands PATH_INFO over as the raw bytes read as Latin-1.
+    Bytes that are not UTF-8 cannot name anything stored, and Placement
+    reads them as Latin-1 (``/resource_providers/%ff`` is 404 "No resource
+    provider with uuid ÿ found"), so the request goes on as Placement's
+    does instead of failing to decode.
+    """
+    raw = environ.get("PATH_INFO", "")
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return raw
 
 
 def _check_content_length(environ: dict) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import json
+import re
 import uuid as uuidlib
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +63,24 @@ class Request(webob.Request):
         """Check ``rule`` for the caller; raises Forbidden (403)."""
         self.app.authorize(self.context, rule, target)
 
+    @property
+    def GET(self):  # noqa: N802 - WebOb's name
+        """The decoded query string; 400 when it is not UTF-8 or holds a NUL.
+
+        Checked when a handler first reads the query, so routes that take
+        no query string ignore it, as Placement's do.
+        """
+        try:
+            params = webob.Request.GET.fget(self)
+        except UnicodeDecodeError as error:
+            raise HTTPError(400, f"Invalid query string parameters: {error}") from None
+        if "%00" in self.environ.get("QUERY_STRING", ""):
+            for key, value in params.items():
+                if "\x00" in key or "\x00" in value:
+                    raise HTTPError(400, "Invalid query string parameters: "
+                                         + _NUL_MESSAGE % f"{key}={value}")
+        return params
+
 
 def _validator(schema: dict):
     validator = _VALIDATORS.get(id(schema))
@@ -80,12 +100,48 @@ def validate(data: Any, schema: dict) -> Any:
     return data
 
 
+_NUL_MESSAGE = "%r contains U+0000 (NUL), which no text in a request may contain"
+# A run of 20 digits or more: an integer orjson would read as a float.
+_LONG_INTEGER = re.compile(rb"[0-9]{20}")
+
+
+def decode_json(body: bytes) -> Any:
+    """Decode a JSON body exactly: 400 ``Malformed JSON`` if it is not JSON.
+
+    orjson reads integers beyond 64 bits as floats, which would then be
+    refused as "not of type 'integer'" although the client sent one; such
+    (rare) bodies are read with the standard library instead, which keeps
+    every integer exact (orjson has already refused whatever is not strict
+    JSON, lone surrogates included).  Strings holding U+0000 are
+    refused: PostgreSQL cannot store them, so no backend accepts them.
+    """
+    try:
+        data = orjson.loads(body)
+        if _LONG_INTEGER.search(body):
+            data = json.loads(body)
+    except ValueError as error:  # orjson.JSONDecodeError is one
+        raise HTTPError(400, f"Malformed JSON: {error}") from None
+    if b"\\u0000" in body:
+        _refuse_nul(data)
+    return data
+
+
+def _refuse_nul(data: Any) -> None:
+    if isinstance(data, str):
+        if "\x00" in data:
+            raise HTTPError(400, "JSON does not validate: " + _NUL_MESSAGE % data)
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            _refuse_nul(key)
+            _refuse_nul(value)
+    elif isinstance(data, list):
+        for value in data:
+            _refuse_nul(value)
+
+
 def json_body(req: Request, schema: dict | None = None) -> Any:
     """The request body as JSON, validated against ``schema`` when given."""
-    try:
-        data = orjson.loads(req.body)
-    except orjson.JSONDecodeError as error:
-        raise HTTPError(400, f"Malformed JSON: {error}") from None
+    data = decode_json(req.body)
     if schema is not None:
         validate(data, schema)
     return data
@@ -97,10 +153,7 @@ def query_params(req: Request, schema: dict) -> dict[str, str]:
     Failures are 400 ``Invalid query string parameters: ...`` with
     python-jsonschema's message, which clients match on, as for bodies.
     """
-    try:
-        params = dict(req.GET)
-    except UnicodeDecodeError as error:
-        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
+    params = dict(req.GET)
     try:
         _validator(schema).validate(params)
     except jsonschema.ValidationError as error:

@@ -31,6 +31,7 @@ import uuid as uuidlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from allotment.domain import errors
+from allotment.domain.capacity import MAX_INT
 
 Version = tuple[int, int]
 
@@ -254,6 +255,11 @@ def parse_resources(value: str) -> dict[str, int]:
         if amount < 1:
             raise _bad("Requested resource %s requires amount >= 1. "
                        "Got: %d." % (rc_name, amount))
+        if amount > MAX_INT:
+            # No inventory could hold it (max_unit is at most MAX_INT), and
+            # no database column could even compare it on every backend.
+            raise _bad("Requested resource %s requires amount <= %d. "
+                       "Got: %d." % (rc_name, MAX_INT, amount))
         result[rc_name] = amount
     return result
 
@@ -536,11 +542,16 @@ def _values(pairs: Sequence[tuple[str, str]], key: str) -> list[str]:
 
 
 def _parse_limit(raw: str) -> int:
+    """A positive integer; one above :data:`MAX_INT` (more candidates than
+    any answer holds) means the same as :data:`MAX_INT`, as Placement
+    answers it, without converting a number of any length."""
     # The schema checked only the last 'limit'; the first one is used.
     if not re.match(r"^[1-9][0-9]*$", raw):
         raise _bad("Invalid query string parameters: %r does not match "
                    "'^[1-9][0-9]*$'" % raw)
-    return int(raw)
+    if len(raw) > len(str(MAX_INT)):
+        return MAX_INT
+    return min(int(raw), MAX_INT)
 
 
 def _parse_group_policy(raw: str) -> str:

@@ -1,0 +1,206 @@
+"""Hostile input: never a 500, always a 4xx in Placement's error format.
+
+Each case is one of a class a fuzzer finds (see tools/fuzz): numbers beyond
+what a database column holds, text a database cannot store, paths and
+query strings that are not UTF-8.  Where Placement answers sensibly the
+answer is Placement's; where it answers 500 (or differently per backend)
+the rule is ours and documented in the README ("Limits").  Every case runs
+on the backend under test, so each backend gets the same answers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import new_uuid
+
+MAX_INT = 2147483647
+HUGE = 99999999999999999999  # beyond 64 bits
+U64 = 18446744073709551615
+
+
+def assert_error(response, status: int, *fragments: str) -> dict:
+    """``status`` in Placement's error format, with a request id."""
+    assert response.status == status, response
+    error = response.error()
+    assert error["status"] == status
+    assert error["request_id"].startswith("req-")
+    assert error["request_id"] == response.headers["x-openstack-request-id"]
+    for fragment in fragments:
+        assert fragment in error["detail"], error["detail"]
+    return error
+
+
+@pytest.fixture
+def provider(api):
+    uuid = new_uuid()
+    assert api.post("/resource_providers", json={"name": "hostile", "uuid": uuid}).status == 200
+    response = api.put(f"/resource_providers/{uuid}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    assert response.status == 200, response
+    return uuid
+
+
+# -- paths that are not UTF-8, or hold a NUL ----------------------------------
+
+def test_path_that_is_not_utf8_is_read_as_latin1_like_placement(api):
+    # Placement: 404 "No resource provider with uuid \x00\xff found" on
+    # SQLite and MariaDB.  The NUL makes it a plain 404 here, on every backend.
+    assert_error(api.get("/resource_providers/%00%ff"), 404)
+    assert_error(api.get("/resource_providers/%ff"), 404, "No resource provider with uuid \u00ff found")
+
+
+def test_consumer_path_that_is_not_utf8_has_no_allocations(api):
+    # Placement answers 200 {} for any consumer it does not know.
+    response = api.get("/allocations/%ff%fe")
+    assert response.status == 200, response
+    assert response.json["allocations"] == {}
+
+
+@pytest.mark.parametrize("path", [
+    "/resource_providers/%00", "/resource_classes/CUSTOM_%00", "/traits/CUSTOM_%00",
+    "/allocations/%00", "/resource_providers/%00/inventories/VCPU",
+])
+def test_path_with_nul_is_not_found(api, path):
+    assert_error(api.get(path), 404)
+
+
+# -- query strings ------------------------------------------------------------
+
+@pytest.mark.parametrize("query", [
+    "/resource_providers?name=%ff", "/usages?project_id=%ff",
+    "/allocation_candidates?resources=VCPU:1&required=%ff",
+    "/traits?name=in:%ff",
+])
+def test_query_that_is_not_utf8_is_a_400(api, query):
+    assert_error(api.get(query), 400, "Invalid query string parameters: 'utf-8' codec can't decode")
+
+
+@pytest.mark.parametrize("query", [
+    "/resource_providers?name=a%00b", "/usages?project_id=a%00", "/usages?project_id=p&user_id=%00",
+    "/allocation_candidates?resources=VCPU:1&required=CUSTOM_%00",
+    "/resource_providers?resources=CUSTOM_%00:1", "/traits?name=startswith:%00",
+])
+def test_query_with_nul_is_a_400(api, query):
+    assert_error(api.get(query), 400, "Invalid query string parameters", "U+0000")
+
+
+def test_huge_limit_means_no_limit_like_placement(api, provider):
+    for limit in (str(HUGE), "9" * 5000):
+        response = api.get(f"/allocation_candidates?resources=VCPU:1&limit={limit}")
+        assert response.status == 200, response
+        assert len(response.json["allocation_requests"]) == 1
+
+
+@pytest.mark.parametrize("path", ["/allocation_candidates", "/resource_providers"])
+@pytest.mark.parametrize("amount", [MAX_INT + 1, HUGE, U64])
+def test_resource_amount_beyond_the_column_is_a_400(api, provider, path, amount):
+    assert_error(api.get(f"{path}?resources=VCPU:{amount}"), 400,
+                 f"Requested resource VCPU requires amount <= {MAX_INT}. Got: {amount}.")
+
+
+@pytest.mark.parametrize("path", ["/allocation_candidates", "/resource_providers"])
+def test_largest_resource_amount_is_answered(api, provider, path):
+    response = api.get(f"{path}?resources=VCPU:{MAX_INT}")
+    assert response.status == 200, response
+
+
+# -- text a database cannot store ---------------------------------------------
+
+def test_provider_name_with_nul_is_refused_on_every_backend(api):
+    error = assert_error(api.post("/resource_providers", json={"name": "a\u0000b"}), 400,
+                         "JSON does not validate", "U+0000")
+    assert error["detail"]
+    assert api.get("/resource_providers").json["resource_providers"] == []
+
+
+def test_other_control_characters_are_stored_as_given(api):
+    name = "tab\tnewline\nbell\u0007del\u007f"
+    response = api.post("/resource_providers", json={"name": name})
+    assert response.status == 200, response
+    uuid = response.json["uuid"]
+    assert api.get(f"/resource_providers/{uuid}").json["name"] == name
+
+
+@pytest.mark.parametrize("make", [
+    lambda rp: ("PUT", f"/resource_providers/{rp}", {"name": "x\u0000"}),
+    lambda rp: ("PUT", f"/resource_providers/{rp}/traits",
+                {"resource_provider_generation": 1, "traits": ["CUSTOM_\u0000"]}),
+    lambda rp: ("PUT", f"/allocations/{new_uuid()}", {
+        "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p\u0000", "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"}),
+    lambda rp: ("POST", "/allocations", {new_uuid(): {
+        "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "\u0000",
+        "consumer_generation": None, "consumer_type": "INSTANCE"}}),
+    lambda rp: ("POST", "/resource_classes", {"name": "CUSTOM_\u0000"}),
+])
+def test_nul_anywhere_in_a_body_is_refused(api, provider, make):
+    method, path, body = make(provider)
+    assert_error(api.request(method, path, json=body), 400, "U+0000")
+
+
+def test_lone_surrogate_in_a_body_is_malformed_json(api):
+    response = api.post("/resource_providers", body=b'{"name": "\\ud800"}',
+                        headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "Malformed JSON")
+
+
+# -- numbers beyond 64 bits in bodies -----------------------------------------
+
+def test_integer_beyond_64_bits_is_read_as_an_integer(api, provider):
+    # orjson would read it as 1e+20 ("not of type 'integer'"); Placement
+    # reads the integer and compares it: a generation conflict.
+    body = (b'{"resource_provider_generation": 99999999999999999999, '
+            b'"inventories": {"VCPU": {"total": 8}}}')
+    response = api.put(f"/resource_providers/{provider}/inventories", body=body,
+                       headers={"Content-Type": "application/json"})
+    assert_error(response, 409, "resource provider generation conflict")
+    body = b'{"resource_provider_generation": 1, "total": 99999999999999999999}'
+    response = api.put(f"/resource_providers/{provider}/inventories/VCPU", body=body,
+                       headers={"Content-Type": "application/json"})
+    assert_error(response, 400, f"99999999999999999999 is greater than the maximum of {MAX_INT}")
+
+
+@pytest.mark.parametrize("generation", [MAX_INT + 1, U64, HUGE, -HUGE])
+def test_generations_beyond_the_column_are_conflicts(api, provider, generation):
+    checks = [
+        ("PUT", f"/resource_providers/{provider}/inventories",
+         {"resource_provider_generation": generation, "inventories": {}}),
+        ("PUT", f"/resource_providers/{provider}/inventories/VCPU",
+         {"resource_provider_generation": generation, "total": 4}),
+        ("PUT", f"/resource_providers/{provider}/traits",
+         {"resource_provider_generation": generation, "traits": []}),
+        ("PUT", f"/resource_providers/{provider}/aggregates",
+         {"resource_provider_generation": generation, "aggregates": []}),
+        ("PUT", f"/allocations/{new_uuid()}",
+         {"allocations": {provider: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
+          "consumer_generation": generation, "consumer_type": "INSTANCE"}),
+        ("POST", "/reshaper", {
+            "inventories": {provider: {"resource_provider_generation": generation,
+                                       "inventories": {"VCPU": {"total": 8}}}},
+            "allocations": {}}),
+    ]
+    for method, path, body in checks:
+        response = api.request(method, path, body=_exact_json(body),
+                               headers={"Content-Type": "application/json", "X-Roles": "admin,service"})
+        assert response.status == 409, (method, path, response)
+        assert response.error()["request_id"].startswith("req-")
+
+
+@pytest.mark.parametrize("amount", [MAX_INT + 1, U64, HUGE])
+def test_allocation_amounts_beyond_the_column_do_not_fit(api, provider, amount):
+    # Placement answers 409: more than max_unit (at most 2147483647) never fits.
+    body = {"allocations": {provider: {"resources": {"VCPU": amount}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
+    response = api.put(f"/allocations/{new_uuid()}", body=_exact_json(body),
+                       headers={"Content-Type": "application/json"})
+    assert_error(response, 409, "Unable to allocate inventory")
+    response = api.post("/allocations", body=_exact_json({new_uuid(): body}),
+                        headers={"Content-Type": "application/json"})
+    assert_error(response, 409, "Unable to allocate inventory")
+
+
+def _exact_json(data) -> bytes:
+    import json
+
+    return json.dumps(data).encode()
