@@ -13,6 +13,7 @@ import webob
 
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_body, json_response
+from allotment.api.microversion import Versioned
 from allotment.db import aggregates as db
 from allotment.db import resource_providers as providers_db
 from allotment.domain.errors import ConcurrentUpdate
@@ -32,6 +33,7 @@ SET_SCHEMA_1_19 = {
     "required": ["aggregates", "resource_provider_generation"],
     "additionalProperties": False,
 }
+SET_BODY = Versioned({"1.1": SET_SCHEMA, "1.19": SET_SCHEMA_1_19})
 
 
 def _respond(req: Request, aggregates: list[str], generation: int) -> webob.Response:
@@ -54,14 +56,14 @@ def set_aggregates(req: Request) -> webob.Response:
     with req.app.db.read() as conn:
         provider = providers_db.get(conn, req.urlvars["uuid"])
     expected = None
+    data = json_body(req)
     if req.version >= (1, 19):
-        data = json_body(req, SET_SCHEMA_1_19)
         aggregates, expected = data["aggregates"], data["resource_provider_generation"]
         if expected != provider.generation:
             raise ConcurrentUpdate("Resource provider's generation already changed. "
                                    "Please update the generation and try again.")
     else:
-        aggregates = json_body(req, SET_SCHEMA)
+        aggregates = data
     try:
         generation = req.app.db.run_write(
             lambda conn: db.set_provider_aggregates(conn, provider, aggregates, expected_generation=expected),

@@ -38,7 +38,11 @@ from allotment.api.http import Request, json_response
 from allotment.db import allocation_candidates as db
 from allotment.domain import allocation_candidates as solver
 from allotment.domain.inventories import ResourceClassNotFound
-from allotment.domain.request_groups import AllocationCandidatesRequest, parse_allocation_candidates
+from allotment.domain.request_groups import (
+    AllocationCandidatesRequest,
+    allocation_candidates_query_schema,
+    parse_allocation_candidates,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -50,6 +54,10 @@ LOG = logging.getLogger(__name__)
 #: 128-device host allow would exhaust the worker.  An operator who wants
 #: more sets ``max_allocation_candidates`` to the number wanted.
 SAFETY_CAP = 20_000
+
+#: The query's JSON schema at a version: the parser applies it first (to the
+#: last value of each key), as Placement does; the route table names it.
+QUERY = allocation_candidates_query_schema
 
 
 def list_allocation_candidates(req: Request) -> webob.Response:

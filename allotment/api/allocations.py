@@ -32,6 +32,7 @@ import webob
 
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_body, json_response, no_content
+from allotment.api.microversion import Versioned
 from allotment.db import allocations as db
 from allotment.domain import errors as domain
 
@@ -143,15 +144,10 @@ PUT_SCHEMA_V1_38["properties"]["consumer_type"] = {
 PUT_SCHEMA_V1_38["required"].append("consumer_type")
 POST_SCHEMA_V1_38 = _post(PUT_SCHEMA_V1_38)
 
-# (since, schema): the newest whose version the request meets applies.
-PUT_SCHEMAS = [((1, 38), PUT_SCHEMA_V1_38), ((1, 34), PUT_SCHEMA_V1_34), ((1, 28), PUT_SCHEMA_V1_28),
-               ((1, 12), PUT_SCHEMA_V1_12), ((1, 8), PUT_SCHEMA_V1_8), ((1, 0), PUT_SCHEMA_V1_0)]
-POST_SCHEMAS = [((1, 38), POST_SCHEMA_V1_38), ((1, 34), POST_SCHEMA_V1_34), ((1, 28), POST_SCHEMA_V1_28),
-                ((1, 13), POST_SCHEMA_V1_13)]
-
-
-def _schema_for(req: Request, schemas: list[tuple[tuple[int, int], dict]]) -> dict:
-    return next(schema for since, schema in schemas if req.version >= since)
+PUT_SCHEMAS = Versioned({"1.0": PUT_SCHEMA_V1_0, "1.8": PUT_SCHEMA_V1_8, "1.12": PUT_SCHEMA_V1_12,
+                         "1.28": PUT_SCHEMA_V1_28, "1.34": PUT_SCHEMA_V1_34, "1.38": PUT_SCHEMA_V1_38})
+POST_SCHEMAS = Versioned({"1.13": POST_SCHEMA_V1_13, "1.28": POST_SCHEMA_V1_28, "1.34": POST_SCHEMA_V1_34,
+                          "1.38": POST_SCHEMA_V1_38})
 
 
 # -- reading ----------------------------------------------------------------
@@ -273,7 +269,7 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
 def set_allocations_for_consumer(req: Request) -> webob.Response:
     """PUT /allocations/{consumer_uuid}: replace one consumer's allocations."""
     consumer = _consumer_uuid(req.urlvars["consumer_uuid"])
-    data = json_body(req, _schema_for(req, PUT_SCHEMAS))
+    data = json_body(req)
     request = _request(req, consumer, data)
     _write(req, [request],
            lambda message: f"Unable to allocate inventory for consumer {consumer}: {message}")
@@ -282,7 +278,7 @@ def set_allocations_for_consumer(req: Request) -> webob.Response:
 
 def set_allocations(req: Request) -> webob.Response:
     """POST /allocations (1.13): replace several consumers' allocations atomically."""
-    data = json_body(req, _schema_for(req, POST_SCHEMAS))
+    data = json_body(req)
     requests: dict[str, db.ConsumerAllocations] = {}
     for key, entry in data.items():
         consumer = _consumer_uuid(key)

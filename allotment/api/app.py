@@ -30,7 +30,7 @@ from oslo_config import cfg
 from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
 from allotment.api.http import Request
-from allotment.api.routes import ROUTES, Endpoint
+from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
 from allotment.db.engine import Database
 from allotment.domain import errors as domain
 
@@ -46,16 +46,25 @@ def _compile(template: str) -> re.Pattern:
 class Router:
     """Matches paths to route entries; resolves handlers on first use."""
 
-    def __init__(self, routes: dict[str, dict[str, Endpoint]]):
+    def __init__(self, *tables: dict[str, dict[str, Endpoint]]):
         self._static: dict[str, dict[str, Endpoint]] = {}
         self._dynamic: list[tuple[re.Pattern, dict[str, Endpoint]]] = []
-        self._templates = {id(methods): template for template, methods in routes.items()}
-        for template, methods in routes.items():
-            if "{" in template:
-                self._dynamic.append((_compile(template), methods))
-            else:
-                self._static[template] = methods
+        self._templates: dict[int, str] = {}
+        for routes in tables:
+            for template, methods in routes.items():
+                self._templates[id(methods)] = template
+                if "{" in template:
+                    self._dynamic.append((_compile(template), methods))
+                else:
+                    self._static[template] = methods
+        # Fixed paths every method of which is public: no token needed.
+        self._public = {template for template, methods in self._static.items()
+                        if all(endpoint.policy is None for endpoint in methods.values())}
         self._handlers: dict[str, Callable] = {}
+
+    def is_public(self, environ: dict) -> bool:
+        """Whether the request's path needs no token (``GET /``, the API description)."""
+        return (decoded_path(environ) or "/") in self._public
 
     def match(self, path: str) -> tuple[dict[str, Endpoint], dict[str, str]] | None:
         if len(path) > 1 and path.endswith("/"):
@@ -102,7 +111,7 @@ class Application:
         self.db = database
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
-        self.router = Router(ROUTES)
+        self.router = Router(ROUTES, OWN_ROUTES)
         self.metrics = None
         if conf.allotment.metrics:
             from allotment.api.metrics import Metrics
@@ -110,7 +119,7 @@ class Application:
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
         inner: Callable = self._dispatch
-        inner = auth.wrap(inner, conf, strategy=auth_strategy)
+        inner = auth.wrap(inner, conf, strategy=auth_strategy, is_public=self.router.is_public)
         if self.metrics is not None and self.metrics.public:
             inner = self.metrics.public_route(inner)
         inner = self._guard(inner)
@@ -225,6 +234,7 @@ class Application:
         if endpoint.accepts_json:
             require_json_content(req)
         req.urlvars = urlvars
+        req.endpoint = endpoint
         if endpoint.policy:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)

@@ -1,7 +1,9 @@
 """Authentication strategies: keystonemiddleware auth_token, or noauth2.
 
 The root document (``GET /``) never needs a token, as upstream, so version
-discovery works before a client has credentials.
+discovery works before a client has credentials; nor do the other public
+routes (the API description), which the application names with
+``is_public``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ class NoAuth2:
     they claim to be.
     """
 
-    def __init__(self, app: WSGIApp):
+    def __init__(self, app: WSGIApp, is_public: Callable[[dict], bool] = _is_root):
         self.app = app
+        self._is_public = is_public
 
     def __call__(self, environ, start_response):
         token = environ.get("HTTP_X_AUTH_TOKEN")
         if not token:
-            if _is_root(environ):
+            if self._is_public(environ):
                 return self.app(environ, start_response)
             raise Unauthorized()
         user, _, project = token.partition(":")
@@ -54,20 +57,23 @@ class Unauthorized(Exception):
 class KeystoneAuth:
     """keystonemiddleware auth_token, skipped for the root document."""
 
-    def __init__(self, app: WSGIApp, conf: cfg.ConfigOpts):
+    def __init__(self, app: WSGIApp, conf: cfg.ConfigOpts, is_public: Callable[[dict], bool] = _is_root):
         from keystonemiddleware import auth_token
 
         self.app = app
+        self._is_public = is_public
         self._protected = auth_token.AuthProtocol(app, {"oslo_config_config": conf})
 
     def __call__(self, environ, start_response):
-        if _is_root(environ):
+        if self._is_public(environ):
             return self.app(environ, start_response)
         return self._protected(environ, start_response)
 
 
-def wrap(app: WSGIApp, conf: cfg.ConfigOpts, strategy: str | None = None) -> WSGIApp:
-    """Put the authentication middleware ``strategy`` (default: the configured one) around ``app``."""
+def wrap(app: WSGIApp, conf: cfg.ConfigOpts, strategy: str | None = None,
+         is_public: Callable[[dict], bool] = _is_root) -> WSGIApp:
+    """Put the authentication middleware ``strategy`` (default: the configured
+    one) around ``app``; requests ``is_public`` accepts pass without a token."""
     if (strategy or conf.api.auth_strategy) == "noauth2":
-        return NoAuth2(app)
-    return KeystoneAuth(app, conf)
+        return NoAuth2(app, is_public)
+    return KeystoneAuth(app, conf, is_public)

@@ -25,6 +25,7 @@ import webob
 
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import Version
+from allotment.api.routes import Endpoint, schema_at
 
 if TYPE_CHECKING:  # pragma: no cover
     from allotment.api.app import Application
@@ -58,6 +59,7 @@ class Request(webob.Request):
     context: "RequestContext"
     app: "Application"
     request_id: str
+    endpoint: Endpoint
 
     def authorize(self, rule: str, target: dict | None = None) -> None:
         """Check ``rule`` for the caller; raises Forbidden (403)."""
@@ -139,21 +141,25 @@ def _refuse_nul(data: Any) -> None:
             _refuse_nul(value)
 
 
-def json_body(req: Request, schema: dict | None = None) -> Any:
-    """The request body as JSON, validated against ``schema`` when given."""
+def json_body(req: Request) -> Any:
+    """The request body as JSON, validated against the route's body schema
+    at the request's version (none declared there: not validated)."""
     data = decode_json(req.body)
+    schema = schema_at(req.endpoint.body, req.version)
     if schema is not None:
         validate(data, schema)
     return data
 
 
-def query_params(req: Request, schema: dict) -> dict[str, str]:
-    """The query string as a dict (last value of a repeated key wins), validated.
+def query_params(req: Request) -> dict[str, str]:
+    """The query string as a dict (last value of a repeated key wins),
+    validated against the route's query schema at the request's version.
 
     Failures are 400 ``Invalid query string parameters: ...`` with
     python-jsonschema's message, which clients match on, as for bodies.
     """
     params = dict(req.GET)
+    schema = schema_at(req.endpoint.query, req.version)
     try:
         _validator(schema).validate(params)
     except jsonschema.ValidationError as error:

@@ -102,10 +102,10 @@ def _readable_provider(conn: Connection, uuid: str) -> db.Provider:
     return provider
 
 
-def _body(req: Request, schema: dict) -> Any:
+def _body(req: Request) -> Any:
     """The validated body; a missing provider is reported before a bad body."""
     try:
-        return json_body(req, schema)
+        return json_body(req)
     except HTTPError:
         with req.app.db.read() as conn:
             _provider(conn, req.urlvars["uuid"])
@@ -170,7 +170,7 @@ def get_inventory(req: Request) -> webob.Response:
 def create_inventory(req: Request) -> webob.Response:
     """POST /resource_providers/{uuid}/inventories: add one class (201)."""
     uuid = req.urlvars["uuid"]
-    data = _body(req, POST_INVENTORY_SCHEMA)
+    data = _body(req)
     inventory = Inventory.from_fields(data["resource_class"], data)
 
     def work(conn: Connection) -> int:
@@ -193,7 +193,7 @@ def create_inventory(req: Request) -> webob.Response:
 def update_inventory(req: Request) -> webob.Response:
     """PUT /resource_providers/{uuid}/inventories/{resource_class}"""
     uuid, resource_class = req.urlvars["uuid"], req.urlvars["resource_class"]
-    data = _body(req, BASE_INVENTORY_SCHEMA)
+    data = _body(req)
     inventory = Inventory.from_fields(resource_class, data)
 
     def work(conn: Connection) -> int:
@@ -218,7 +218,7 @@ def update_inventory(req: Request) -> webob.Response:
 def set_inventories(req: Request) -> webob.Response:
     """PUT /resource_providers/{uuid}/inventories: replace the whole set."""
     uuid = req.urlvars["uuid"]
-    data = _body(req, PUT_INVENTORIES_SCHEMA)
+    data = _body(req)
     inventories = [Inventory.from_fields(name, fields) for name, fields in data["inventories"].items()]
 
     def work(conn: Connection) -> int:

@@ -110,3 +110,30 @@ def negotiate(header_value: str | None) -> Version:
 def response_headers(version: Version) -> list[tuple[str, str]]:
     # Placement sends the header name lower-cased in Vary; clients match on it.
     return [(HEADER, f"{SERVICE_TYPE} {version}"), ("Vary", HEADER.lower())]
+
+
+def parse(value: str) -> Version:
+    """``"1.28"`` -> ``Version(1, 28)`` (for declarations, not for requests)."""
+    major, _, minor = value.partition(".")
+    return Version(int(major), int(minor))
+
+
+class Versioned:
+    """Something that changes with the microversion, declared as steps:
+    ``Versioned({"1.0": a, "1.14": b})`` is ``a`` from 1.0 to 1.13 and ``b``
+    from 1.14 on (``None`` for "nothing": e.g. no body any more).
+
+    Handlers and the OpenAPI document read the same steps, so what a
+    version accepts is written down once.
+    """
+
+    def __init__(self, steps: dict[str, object]):
+        self.steps = sorted((parse(since), value) for since, value in steps.items())
+
+    def at(self, version: tuple[int, int]):
+        found = None
+        for since, value in self.steps:
+            if since > version:
+                break
+            found = value
+        return found

@@ -29,6 +29,7 @@ from allotment.api import allocations as allocations_api
 from allotment.api import inventories as inventories_api
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_body, no_content
+from allotment.api.microversion import Versioned
 from allotment.db import allocations as allocations_db
 from allotment.db import reshaper as db
 from allotment.domain import errors as domain
@@ -65,9 +66,8 @@ RESHAPER_SCHEMA_V1_30 = _schema(allocations_api.POST_SCHEMA_V1_28)
 RESHAPER_SCHEMA_V1_34 = _schema(allocations_api.POST_SCHEMA_V1_34)
 RESHAPER_SCHEMA_V1_38 = _schema(allocations_api.POST_SCHEMA_V1_38)
 
-# (since, schema): the newest whose version the request meets applies.
-SCHEMAS = [((1, 38), RESHAPER_SCHEMA_V1_38), ((1, 34), RESHAPER_SCHEMA_V1_34),
-           ((1, 30), RESHAPER_SCHEMA_V1_30)]
+SCHEMAS = Versioned({"1.30": RESHAPER_SCHEMA_V1_30, "1.34": RESHAPER_SCHEMA_V1_34,
+                     "1.38": RESHAPER_SCHEMA_V1_38})
 
 
 # -- request → domain -----------------------------------------------------
@@ -103,7 +103,7 @@ def _allocations(req: Request, data: dict) -> list[allocations_db.ConsumerAlloca
 
 def reshape(req: Request) -> webob.Response:
     """POST /reshaper: 204, or the error that says whether to re-read first."""
-    data = json_body(req, next(schema for since, schema in SCHEMAS if req.version >= since))
+    data = json_body(req)
     try:
         inventories = _inventories(data["inventories"])
     except InvalidInventoryCapacity as error:

@@ -11,6 +11,7 @@ import webob
 
 from allotment.api.app import require_json_content
 from allotment.api.http import Request, json_body, json_response, no_content, validate
+from allotment.api.microversion import Versioned
 from allotment.db import resource_classes as db
 from allotment.db.resource_classes import ResourceClass
 
@@ -23,6 +24,8 @@ RESOURCE_CLASS_SCHEMA = {
     "required": ["name"],
     "additionalProperties": False,
 }
+# PUT /resource_classes/{name}: a rename (with a body) until 1.7.
+UPDATE_BODY = Versioned({"1.2": RESOURCE_CLASS_SCHEMA, "1.7": None})
 
 # How often a create is re-run after a concurrent creator took our id.
 CREATE_RETRIES = 20
@@ -56,7 +59,7 @@ def get_resource_class(req: Request) -> webob.Response:
 
 
 def create_resource_class(req: Request) -> webob.Response:
-    name = json_body(req, RESOURCE_CLASS_SCHEMA)["name"]
+    name = json_body(req)["name"]
     req.app.db.run_write(lambda conn: db.create(conn, name),
                          retry_on=(db.IdTaken,), retries=CREATE_RETRIES)
     return _created(req, name)
@@ -70,7 +73,7 @@ def update_resource_class(req: Request) -> webob.Response:
 
 def _rename_resource_class(req: Request) -> webob.Response:
     require_json_content(req)
-    new_name = json_body(req, RESOURCE_CLASS_SCHEMA)["name"]
+    new_name = json_body(req)["name"]
     name = req.urlvars["name"]
     rc = req.app.db.run_write(lambda conn: db.rename(conn, name, new_name),
                               retry_on=(db.IdTaken,), retries=CREATE_RETRIES)

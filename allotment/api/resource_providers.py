@@ -21,6 +21,7 @@ import webob
 
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_body, json_response, latest, no_content, query_params
+from allotment.api.microversion import Versioned
 from allotment.db import resource_providers as db
 from allotment.domain import request_groups as groups
 from allotment.domain.inventories import ResourceClassNotFound
@@ -42,6 +43,8 @@ UPDATE_SCHEMA_1_14 = copy.deepcopy(UPDATE_SCHEMA)
 UPDATE_SCHEMA_1_14["properties"]["parent_provider_uuid"] = _PARENT
 CREATE_SCHEMA_1_14 = copy.deepcopy(CREATE_SCHEMA)
 CREATE_SCHEMA_1_14["properties"]["parent_provider_uuid"] = _PARENT
+CREATE_BODY = Versioned({"1.0": CREATE_SCHEMA, "1.14": CREATE_SCHEMA_1_14})
+UPDATE_BODY = Versioned({"1.0": UPDATE_SCHEMA, "1.14": UPDATE_SCHEMA_1_14})
 
 # The query parameters of GET /resource_providers and the version each
 # became valid; the schema of a version admits those up to it.
@@ -63,7 +66,8 @@ _LIST_SCHEMAS = {
 }
 
 
-def _list_schema(version: tuple[int, int]) -> dict:
+def LIST_QUERY(version: tuple[int, int]) -> dict:  # noqa: N802 - named like the other schemas
+    """The query schema of GET /resource_providers at ``version``."""
     return _LIST_SCHEMAS[max(since for since in _LIST_SCHEMAS if since <= version)]
 
 
@@ -112,7 +116,7 @@ def _representer(req: Request) -> Callable[[ProviderRecord], dict]:
 
 def list_resource_providers(req: Request) -> webob.Response:
     """GET /resource_providers: every provider matching all filters given."""
-    filters = _filters(req, query_params(req, _list_schema(req.version)))
+    filters = _filters(req, query_params(req))
     with req.app.db.read() as conn:
         try:
             providers = db.list_providers(conn, filters)
@@ -146,7 +150,7 @@ def get_resource_provider(req: Request) -> webob.Response:
 
 def create_resource_provider(req: Request) -> webob.Response:
     """POST /resource_providers: 201 and a Location (200 with the provider from 1.20)."""
-    data = json_body(req, CREATE_SCHEMA_1_14 if req.version >= (1, 14) else CREATE_SCHEMA)
+    data = json_body(req)
     # A hyphenless uuid is stored in its canonical form.
     uuid = str(uuidlib.UUID(data["uuid"])) if data.get("uuid") else str(uuidlib.uuid4())
     try:
@@ -164,7 +168,7 @@ def create_resource_provider(req: Request) -> webob.Response:
 def update_resource_provider(req: Request) -> webob.Response:
     """PUT /resource_providers/{uuid}: rename, and from 1.14 set the parent."""
     uuid = req.urlvars["uuid"]
-    data = _body(req, UPDATE_SCHEMA_1_14 if req.version >= (1, 14) else UPDATE_SCHEMA)
+    data = _body(req)
     try:
         if "parent_provider_uuid" in data:
             provider = db.update(req.app.db, uuid, data["name"], data["parent_provider_uuid"],
@@ -184,10 +188,10 @@ def delete_resource_provider(req: Request) -> webob.Response:
     return no_content(req)
 
 
-def _body(req: Request, schema: dict):
+def _body(req: Request):
     """The validated body; a missing provider is reported before a bad body."""
     try:
-        return json_body(req, schema)
+        return json_body(req)
     except HTTPError:
         with req.app.db.read() as conn:
             db.get(conn, req.urlvars["uuid"])

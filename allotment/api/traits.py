@@ -68,7 +68,7 @@ def _associated_filter(value: str) -> bool:
 
 
 def list_traits(req: Request) -> webob.Response:
-    params = query_params(req, LIST_TRAITS_QUERY)
+    params = query_params(req)
     filters = _name_filter(params["name"]) if "name" in params else {}
     if "associated" in params:
         filters["associated"] = _associated_filter(params["associated"])
@@ -116,7 +116,7 @@ def list_traits_for_resource_provider(req: Request) -> webob.Response:
 
 
 def update_traits_for_resource_provider(req: Request) -> webob.Response:
-    data = json_body(req, SET_PROVIDER_TRAITS)
+    data = json_body(req)
     uuid = req.urlvars["uuid"]
     result = req.app.db.run_write(lambda conn: db.set_provider_traits(
         conn, uuid, data["traits"], data["resource_provider_generation"]))

@@ -17,6 +17,7 @@ import webob
 from allotment.api import policy
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_response, query_params
+from allotment.api.microversion import Versioned
 from allotment.db import usages as db
 
 OWNER_ID = {"type": "string", "minLength": 1, "maxLength": 255}
@@ -31,6 +32,7 @@ USAGES_QUERY_V1_38 = copy.deepcopy(USAGES_QUERY_V1_9)
 USAGES_QUERY_V1_38["properties"]["consumer_type"] = {
     "type": "string", "pattern": "^[A-Z0-9_]+$|^all|^unknown$", "minLength": 1, "maxLength": 255,
 }
+TOTAL_USAGES_QUERY = Versioned({"1.9": USAGES_QUERY_V1_9, "1.38": USAGES_QUERY_V1_38})
 
 
 def list_usages(req: Request) -> webob.Response:
@@ -48,7 +50,7 @@ def get_total_usages(req: Request) -> webob.Response:
     """GET /usages?project_id=&user_id=[&consumer_type=] (1.9; types 1.38)."""
     req.authorize(policy.TOTAL_USAGES, {"project_id": req.GET.get("project_id")})
     by_type = req.version >= (1, 38)
-    params = query_params(req, USAGES_QUERY_V1_38 if by_type else USAGES_QUERY_V1_9)
+    params = query_params(req)
     project, user = params["project_id"], params.get("user_id")
     with req.app.db.read() as conn:
         if by_type:
