@@ -73,6 +73,10 @@ placement_opts = [
                help="Which candidates survive when max_allocation_candidates cuts generation short."),
 ]
 
+#: Large enough for the largest POST /allocations or POST /reshaper a cloud
+#: sends (a reshape moving 10,000 consumers is about 4 MB of JSON).
+DEFAULT_MAX_REQUEST_BODY_SIZE = 16 * 1024 * 1024
+
 #: Allotment's own options (not Placement's), in ``[allotment]``.
 allotment_opts = [
     cfg.BoolOpt("metrics", default=False,
@@ -84,6 +88,9 @@ allotment_opts = [
     cfg.IntOpt("metrics_capacity_cache_seconds", default=10, min=0,
                help="Seconds the capacity gauges of GET /metrics are reused before the database is asked "
                     "again (one grouped query)."),
+    cfg.IntOpt("max_request_body_size", default=DEFAULT_MAX_REQUEST_BODY_SIZE, min=1,
+               help="Largest request body accepted, in bytes; a larger one is refused with 413 "
+                    "before it is read."),
 ]
 
 default_opts = [

@@ -13,8 +13,68 @@ import glob
 import os
 import shutil
 import tempfile
+import uuid
 
+from gunicorn import util
 from gunicorn.app.base import BaseApplication
+from gunicorn.http import errors as http_errors
+from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.sync import SyncWorker
+
+from allotment.api import errors
+
+#: The longest request line (method, path, query string, protocol) served:
+#: gunicorn's largest finite limit; a longer one is answered 414.
+MAX_REQUEST_LINE = 8190
+
+# gunicorn's own refusals of a request it could not parse, and their
+# statuses (names looked up, as older gunicorns lack some of them).
+_STATUSES = {"LimitRequestLine": 414, "LimitRequestHeaders": 431, "ExpectationFailed": 417,
+             "ForbiddenProxyRequest": 403, "UnsupportedTransferCoding": 501}
+_BAD_REQUESTS = ("InvalidRequestLine", "InvalidRequestMethod", "InvalidHTTPVersion", "InvalidHeader",
+                 "InvalidHeaderName", "InvalidProxyLine", "InvalidProxyHeader", "InvalidSchemeHeaders",
+                 "ObsoleteFolding", "InvalidChunkSize", "ChunkMissingTerminator", "InvalidChunkExtension",
+                 "InvalidH2CPreface", "NoMoreData")
+
+
+def _status_for(error: Exception) -> int | None:
+    """The status gunicorn answers a request it refused to parse (None: not such an error)."""
+    for name, status in _STATUSES.items():
+        cls = getattr(http_errors, name, None)
+        if cls is not None and isinstance(error, cls):
+            return status
+    refused = tuple(getattr(http_errors, name) for name in _BAD_REQUESTS if hasattr(http_errors, name))
+    return 400 if isinstance(error, refused) else None
+
+
+class _PlacementErrors:
+    """A worker that answers the requests gunicorn itself refuses (request
+    line too long, malformed headers) in Placement's error format, with a
+    request id, like every other error, instead of gunicorn's HTML page."""
+
+    def handle_error(self, req, client, addr, exc):
+        status = _status_for(exc)
+        if status is None:
+            return super().handle_error(req, client, addr, exc)
+        request_id = "req-" + str(uuid.uuid4())
+        self.log.warning("%s refused before reaching the application from %s: %s",
+                         request_id, (addr or ("",))[0], exc)
+        status_line, headers, body = errors.render(errors.HTTPError(status, str(exc)), request_id=request_id,
+                                                   version=None, accept=None)
+        head = [f"HTTP/1.1 {status_line}", "Connection: close", f"x-openstack-request-id: {request_id}"]
+        head += [f"{name}: {value}" for name, value in headers]
+        try:
+            util.write_nonblock(client, ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        except Exception:  # noqa: BLE001 - the client may be gone; as gunicorn does
+            self.log.debug("Failed to send error message.")
+
+
+class PlacementThreadWorker(_PlacementErrors, ThreadWorker):
+    """gunicorn's threaded worker, refusing in Placement's error format."""
+
+
+class PlacementSyncWorker(_PlacementErrors, SyncWorker):
+    """gunicorn's single-threaded worker, refusing in Placement's error format."""
 
 #: prometheus_client's switch to multi-process mode (see api/metrics.py).
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -72,7 +132,8 @@ def run(app, *, host: str, port: int, workers: int, threads: int, timeout: int,
         "bind": f"{host}:{port}" if ":" not in host else f"[{host}]:{port}",
         "workers": workers,
         "threads": threads,
-        "worker_class": "gthread" if threads > 1 else "sync",
+        "worker_class": "allotment.server." + ("PlacementThreadWorker" if threads > 1 else "PlacementSyncWorker"),
+        "limit_request_line": MAX_REQUEST_LINE,
         "timeout": timeout,
         "graceful_timeout": 10,
         "keepalive": 5,

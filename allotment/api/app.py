@@ -212,6 +212,7 @@ class Application:
         req.app = self
         req.context = RequestContext.from_environ(environ, req.request_id)
         _check_content_length(environ)
+        _limit_body(environ, self.conf.allotment.max_request_body_size)
         path = decoded_path(environ)
         if "\x00" in path:
             # No write accepts a NUL, so nothing can be named with one (and
@@ -267,6 +268,51 @@ def _check_content_length(environ: dict) -> None:
         raise errors.HTTPError(400, "content-length header must be an integer") from None
     if size > 0 and not environ.get("CONTENT_TYPE"):
         raise errors.HTTPError(400, "content-type header required when content-length > 0")
+
+
+def _limit_body(environ: dict, limit: int) -> None:
+    """413 for a body over ``limit`` bytes, before any of it is read.
+
+    A declared Content-Length says so at once; a chunked body (no length)
+    is read through a counter that stops at the limit.
+    """
+    length = environ.get("CONTENT_LENGTH")
+    if length and int(length) > limit:
+        raise _too_large(f"The request body is {int(length)} bytes", limit)
+    if not length and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        environ["wsgi.input"] = _LimitedInput(environ["wsgi.input"], limit)
+
+
+def _too_large(what: str, limit: int) -> errors.HTTPError:
+    return errors.HTTPError(413, f"{what}; the largest accepted is {limit} bytes "
+                                 "([allotment] max_request_body_size).")
+
+
+class _LimitedInput:
+    """``wsgi.input`` that refuses (413) to deliver more than ``limit`` bytes."""
+
+    def __init__(self, stream, limit: int):
+        self._stream = stream
+        self._left = limit
+        self._limit = limit
+
+    def read(self, size: int = -1) -> bytes:
+        wanted = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
+        data = self._stream.read(wanted)
+        self._left -= len(data)
+        if self._left < 0:
+            raise _too_large("The request body (sent in chunks) is larger", self._limit)
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data = self._stream.readline(self._left + 1 if size is None or size < 0 else min(size, self._left + 1))
+        self._left -= len(data)
+        if self._left < 0:
+            raise _too_large("The request body (sent in chunks) is larger", self._limit)
+        return data
+
+    def __iter__(self):
+        return iter(self.readline, b"")
 
 
 def _check_accept(req: Request) -> None:

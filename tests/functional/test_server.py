@@ -13,6 +13,7 @@ The helpers here are also used by test_cli.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -136,6 +137,17 @@ def serve(config: Path, *args: str, log_name: str = "server.log", env: dict | No
     return LiveServer(command, port, config.parent / log_name, env=env)
 
 
+@contextlib.contextmanager
+def running(config: Path, *args: str):
+    """``allotment serve`` with this configuration, ready, and stopped afterwards."""
+    live = serve(config, *args)
+    try:
+        live.wait_ready()
+        yield live
+    finally:
+        live.stop()
+
+
 def get(server: LiveServer, path: str, version: str | None = None, token: str | None = "admin"):
     headers = {}
     if version:
@@ -161,12 +173,10 @@ def wait_for_log(server: LiveServer, needle: str, timeout: float = 10) -> list[s
 def server(tmp_path_factory):
     url, drop = create_database(tmp_path_factory, "srv")
     config = write_config(tmp_path_factory.mktemp("serve"), url)
-    live = serve(config, "--workers", "2", "--threads", "2")
     try:
-        live.wait_ready()
-        yield live
+        with running(config, "--workers", "2", "--threads", "2") as live:
+            yield live
     finally:
-        live.stop()
         drop()
 
 
