@@ -72,6 +72,9 @@ PUT_INVENTORIES_SCHEMA: dict = {
         "inventories": {
             "type": "object",
             "patternProperties": {RC_PATTERN: PUT_INVENTORY_RECORD_SCHEMA},
+            # Other keys are unknown classes (400 when looked up), but their
+            # records must be records all the same (Placement: 500).
+            "additionalProperties": PUT_INVENTORY_RECORD_SCHEMA,
         },
     },
     "required": ["resource_provider_generation", "inventories"],

@@ -204,3 +204,14 @@ def _exact_json(data) -> bytes:
     import json
 
     return json.dumps(data).encode()
+
+
+def test_inventory_records_under_unknown_class_names_must_be_records(api, provider):
+    # Placement: 500 ('float' object is not iterable); found by the fuzzer.
+    response = api.put(f"/resource_providers/{provider}/inventories", json={
+        "resource_provider_generation": 1, "inventories": {"errors": 1.5}})
+    assert_error(response, 400, "JSON does not validate: 1.5 is not of type 'object'")
+    # A record under a name that is no class is still an unknown class, as in Placement.
+    response = api.put(f"/resource_providers/{provider}/inventories", json={
+        "resource_provider_generation": 1, "inventories": {"lower": {"total": 1}}})
+    assert_error(response, 400, "Unknown resource class in inventory")
