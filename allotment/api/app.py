@@ -248,7 +248,7 @@ def decoded_path(environ: dict) -> str:
     A WSGI server hands PATH_INFO over as the raw bytes read as Latin-1.
     Bytes that are not UTF-8 cannot name anything stored, and Placement
     reads them as Latin-1 (``/resource_providers/%ff`` is 404 "No resource
-    provider with uuid ÿ found"), so the request goes on as Placement's
+    provider with uuid \\xff found"), so the request goes on as Placement's
     does instead of failing to decode.
     """
     raw = environ.get("PATH_INFO", "")

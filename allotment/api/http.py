@@ -76,7 +76,8 @@ class Request(webob.Request):
             params = webob.Request.GET.fget(self)
         except UnicodeDecodeError as error:
             raise HTTPError(400, f"Invalid query string parameters: {error}") from None
-        if "%00" in self.environ.get("QUERY_STRING", ""):
+        query = self.environ.get("QUERY_STRING", "")
+        if "%00" in query or "\x00" in query:
             for key, value in params.items():
                 if "\x00" in key or "\x00" in value:
                     raise HTTPError(400, "Invalid query string parameters: "
@@ -141,17 +142,26 @@ def _refuse_nul(data: Any) -> None:
             _refuse_nul(value)
 
 
-def json_body(req: Request) -> Any:
+#: "The schema the route table declares" (the default of json_body/query_params).
+ROUTE_SCHEMA: Any = object()
+
+
+def json_body(req: Request, schema: Any = ROUTE_SCHEMA) -> Any:
     """The request body as JSON, validated against the route's body schema
-    at the request's version (none declared there: not validated)."""
+    at the request's version (none declared there: not validated).
+
+    Pass ``schema`` only for a body the route table cannot declare: the
+    OpenAPI document shows the declared one.
+    """
     data = decode_json(req.body)
-    schema = schema_at(req.endpoint.body, req.version)
+    if schema is ROUTE_SCHEMA:
+        schema = schema_at(req.endpoint.body, req.version)
     if schema is not None:
         validate(data, schema)
     return data
 
 
-def query_params(req: Request) -> dict[str, str]:
+def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     """The query string as a dict (last value of a repeated key wins),
     validated against the route's query schema at the request's version.
 
@@ -159,7 +169,10 @@ def query_params(req: Request) -> dict[str, str]:
     python-jsonschema's message, which clients match on, as for bodies.
     """
     params = dict(req.GET)
-    schema = schema_at(req.endpoint.query, req.version)
+    if schema is ROUTE_SCHEMA:
+        schema = schema_at(req.endpoint.query, req.version)
+    if schema is None:
+        return params
     try:
         _validator(schema).validate(params)
     except jsonschema.ValidationError as error:
