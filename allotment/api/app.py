@@ -297,15 +297,16 @@ class _LimitedInput:
         self._limit = limit
 
     def read(self, size: int = -1) -> bytes:
-        wanted = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
-        data = self._stream.read(wanted)
-        self._left -= len(data)
-        if self._left < 0:
-            raise _too_large("The request body (sent in chunks) is larger", self._limit)
-        return data
+        return self._counted(self._stream.read(self._wanted(size)))
 
     def readline(self, size: int = -1) -> bytes:
-        data = self._stream.readline(self._left + 1 if size is None or size < 0 else min(size, self._left + 1))
+        return self._counted(self._stream.readline(self._wanted(size)))
+
+    def _wanted(self, size: int | None) -> int:
+        # One byte beyond the limit tells a body at the limit from a longer one.
+        return self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
+
+    def _counted(self, data: bytes) -> bytes:
         self._left -= len(data)
         if self._left < 0:
             raise _too_large("The request body (sent in chunks) is larger", self._limit)
