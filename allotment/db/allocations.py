@@ -19,7 +19,19 @@ reshaper, and runs these steps, in this order:
    new ones;
 6. check capacity (``check_capacity``) against the provider state *after*
    the write: inventory present, ``min_unit`` / ``max_unit`` / ``step_size``
-   for each amount, and ``used <= (total - reserved) * allocation_ratio``.
+   for each amount, and ``used <= (total - reserved) * allocation_ratio``
+   unless the write does not increase the usage of that class on that
+   provider (see below).
+
+Over-capacity providers: an operator may lower an inventory below what is
+already allocated.  Placement then still accepts writes that do not make it
+worse (rewriting a consumer with the same or smaller amounts, moving it
+away, a migration that swaps consumers): per provider and class, a write is
+refused for capacity only when the usage after it exceeds the capacity *and*
+is larger than the usage before it.  The write knows that difference
+exactly (new amounts minus the consumers' old rows: ``WriteResult.growth``),
+because the generation swap of step 4 keeps every other writer that adds
+usage out until we commit.
 
 Why this is safe without locks: any writer that increases usage on a
 provider bumps that provider's generation.  A writer that committed after
@@ -190,6 +202,9 @@ class Claim:
 class WriteResult:
     claims: list[Claim] = field(default_factory=list)
     bumped_provider_ids: set[int] = field(default_factory=set)
+    #: (provider id, class id) -> how much the write changed that usage
+    #: (new amounts minus the consumers' old ones), for every claimed pair.
+    growth: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 # -- writing ------------------------------------------------------------------
@@ -246,26 +261,44 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
              "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
             for c in claims
         ])
+    growth = _growth(claims, old_rows)
     if check_capacity:
-        _check_claims(conn, claims, after_write=True)
-    return WriteResult(claims, bumped)
+        _check_claims(conn, claims, after_write=True, growth=growth)
+    return WriteResult(claims, bumped, growth)
 
 
-def check_capacity(conn: Connection, claims: Iterable[Claim]) -> None:
+def _growth(claims: Sequence[Claim], old_rows: Sequence[_OldRow]) -> dict[tuple[int, int], int]:
+    """Per claimed (provider id, class id): new amounts minus the old rows replaced."""
+    growth: dict[tuple[int, int], int] = {}
+    for claim in claims:
+        key = (claim.provider_id, claim.class_id)
+        growth[key] = growth.get(key, 0) + claim.amount
+    for row in old_rows:
+        key = (row.provider_id, row.class_id)
+        if key in growth:
+            growth[key] -= row.amount
+    return growth
+
+
+def check_capacity(conn: Connection, claims: Iterable[Claim],
+                   growth: Mapping[tuple[int, int], int] | None = None) -> None:
     """Verify that written claims fit their providers as they are now.
 
     For each claim: the provider has inventory of the class, the amount
     respects ``min_unit`` / ``max_unit`` / ``step_size``, and the provider's
-    total usage of the class (which includes the claim) is within capacity.
+    total usage of the class (which includes the claim) is within capacity,
+    or (with ``growth``, a ``WriteResult``'s) the write did not increase it.
     One query, whatever the number of claims.
     """
-    _check_claims(conn, list(claims), after_write=True)
+    _check_claims(conn, list(claims), after_write=True, growth=growth)
 
 
 class _OldRow(NamedTuple):
     id: int
     consumer_uuid: str
     provider_id: int
+    class_id: int
+    amount: int
 
 
 # The statements of the write path are built once, with expanding IN
@@ -277,8 +310,8 @@ _CONSUMERS_AND_ROWS = sa.union_all(
     .join(_P, _P.c.id == _C.c.project_id)
     .join(_U, _U.c.id == _C.c.user_id)
     .where(_C.c.uuid.in_(sa.bindparam("consumer_uuids", expanding=True))),
-    sa.select(sa.literal_column("'a'"), ALLOC.c.id, ALLOC.c.consumer_id, sa.null(), ALLOC.c.resource_provider_id,
-              sa.null(), sa.null(), sa.null(), sa.null())
+    sa.select(sa.literal_column("'a'"), ALLOC.c.id, ALLOC.c.consumer_id, ALLOC.c.used, ALLOC.c.resource_provider_id,
+              ALLOC.c.resource_class_id, sa.null(), sa.null(), sa.null())
     .where(ALLOC.c.consumer_id.in_(sa.bindparam("row_uuids", expanding=True))),
 )
 _PROVIDERS_AND_CLASSES = sa.union_all(
@@ -301,8 +334,8 @@ def _read_consumers(conn: Connection, uuids: Sequence[str]
             _CONSUMERS_AND_ROWS, {"consumer_uuids": uuids, "row_uuids": uuids}):
         if kind == "c":
             records[uuid] = consumers.Consumer(ident, uuid, generation, number, user_id, project, user, type_id)
-        else:
-            rows.append(_OldRow(ident, uuid, number))
+        else:  # an allocation row: amount, provider and class in the consumer's columns
+            rows.append(_OldRow(ident, uuid, number, user_id, generation))
     return records, rows
 
 
@@ -403,12 +436,15 @@ def _inventory_usage(conn: Connection, provider_ids: set[int], class_ids: set[in
     return {(row.resource_provider_id, row.resource_class_id): row for row in rows}
 
 
-def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool) -> None:
+def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
+                  growth: Mapping[tuple[int, int], int] | None = None) -> None:
     """Raise the first capacity rule the claims break, as Placement reports it.
 
     ``after_write``: usage already includes the claims.  Otherwise (the
     oversized-amount guard, before writing) only presence and unit rules
-    can fail, because those amounts exceed every ``max_unit``.
+    can fail, because those amounts exceed every ``max_unit``.  With
+    ``growth``, usage over capacity is refused only where the write
+    increased it.
     """
     if not claims:
         return
@@ -424,7 +460,8 @@ def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool) -
             raise InvalidInventory(claim.class_name, claim.provider_uuid)
         if capacity.unit_violation(record, claim.amount) is not None:
             raise ConstraintsViolated(claim.class_name, claim.provider_uuid)
-        if after_write and int(record.used) > capacity.inventory_capacity(record):
+        if (after_write and int(record.used) > capacity.inventory_capacity(record)
+                and (growth is None or growth.get((claim.provider_id, claim.class_id), 0) > 0)):
             raise CapacityExceeded(claim.class_name, claim.provider_uuid)
 
 

@@ -87,7 +87,7 @@ def reshape(conn: Connection, inventories: Sequence[ProviderInventories],
         _replace(conn, providers[item.provider_uuid], item.inventories)
     written = allocations_db.write_allocations(conn, allocations, incomplete_owner=incomplete_owner,
                                                check_capacity=False)
-    allocations_db.check_capacity(conn, written.claims)
+    allocations_db.check_capacity(conn, written.claims, written.growth)
     inventories_db.check_no_allocations_without_inventory(
         conn, {provider.id: provider.uuid for provider in providers.values()})
 

@@ -367,6 +367,68 @@ def test_replacing_a_consumers_allocations_does_not_count_them_twice(api128, rp)
     assert usages(api128, rp)["VCPU"] == 8
 
 
+def _shrink(app, provider: str, class_name: str, **fields) -> None:
+    """Lower an inventory under what is allocated, as an operator may."""
+    with app.db.write() as conn:
+        inv, rp_t, rc = tables.inventories, tables.resource_providers, tables.resource_classes
+        pid = conn.execute(sa.select(rp_t.c.id).where(rp_t.c.uuid == provider)).scalar_one()
+        cid = conn.execute(sa.select(rc.c.id).where(rc.c.name == class_name)).scalar_one()
+        conn.execute(sa.update(inv).where(inv.c.resource_provider_id == pid, inv.c.resource_class_id == cid)
+                     .values(**fields))
+
+
+def test_over_capacity_provider_takes_writes_that_do_not_make_it_worse(app, api128):
+    # Placement refuses for capacity only when the usage after the write is
+    # over capacity AND larger than before it (per provider and class).
+    a = seed_provider(app, {"VCPU": {"total": 8, "max_unit": 8}, "MEMORY_MB": 1024})
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=6, MEMORY_MB=512))).status == 204
+    _shrink(app, a, "VCPU", total=4)
+    # The same amounts again (a migration rewriting its consumer), then fewer.
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=6, MEMORY_MB=512), 1)).status == 204
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=5, MEMORY_MB=600), 2)).status == 204
+    # More than before is refused, by this consumer or another.
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=6, MEMORY_MB=600), 3))
+    assert r.status == 409 and "would exceed the capacity" in r.error()["detail"]
+    r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(a, VCPU=1)))
+    assert r.status == 409 and "would exceed the capacity" in r.error()["detail"]
+    # A class within capacity is unaffected by the other one being over.
+    other = new_uuid()
+    assert api128.put(f"/allocations/{other}", json=body(claim(a, MEMORY_MB=10))).status == 204
+    assert usages(api128, a) == {"VCPU": 5, "MEMORY_MB": 610}
+
+
+def test_over_capacity_counts_the_whole_write_not_each_consumer(app, api128):
+    a = seed_provider(app, {"VCPU": {"total": 8, "max_unit": 8}})
+    first, second = new_uuid(), new_uuid()
+    assert api128.put(f"/allocations/{first}", json=body(claim(a, VCPU=6))).status == 204
+    _shrink(app, a, "VCPU", total=4)
+    # 6 -> 3 + 4 = 7: more than before, refused.
+    moves = {first: body(claim(a, VCPU=3), 1), second: body(claim(a, VCPU=4))}
+    assert api128.post("/allocations", json=moves).status == 409
+    # 6 -> 3 + 3: not worse, although a new consumer takes some.
+    moves[second] = body(claim(a, VCPU=3))
+    assert api128.post("/allocations", json=moves).status == 204
+    assert usages(api128, a) == {"VCPU": 6}
+
+
+def test_over_capacity_still_checks_units_and_moves_are_judged_per_provider(app, api128):
+    a = seed_provider(app, {"VCPU": {"total": 8, "max_unit": 8}})
+    b = seed_provider(app, {"VCPU": {"total": 8, "max_unit": 8}})
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=6))).status == 204
+    _shrink(app, a, "VCPU", total=4, reserved=0, max_unit=4)
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(a, VCPU=6), 1))
+    assert r.status == 409 and "would violate inventory constraints" in r.error()["detail"]
+    _shrink(app, a, "VCPU", max_unit=8)
+    # Part moved to b, the rest stays on a (still over, but less).
+    assert api128.put(f"/allocations/{consumer}", json=body({**claim(a, VCPU=5), **claim(b, VCPU=1)}, 1)).status == 204
+    assert (usages(api128, a), usages(api128, b)) == ({"VCPU": 5}, {"VCPU": 1})
+    # Before 1.28 and in the list format too.
+    assert api128.put(f"/allocations/{consumer}", version="1.0", json={
+        "allocations": [{"resource_provider": {"uuid": a}, "resources": {"VCPU": 5}}]}).status == 204
+
+
 def test_unknown_provider_class_and_missing_inventory(app, api128, rp):
     missing = new_uuid()
     r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(missing, VCPU=1)))

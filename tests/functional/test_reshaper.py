@@ -246,6 +246,26 @@ def test_inventory_only_reshape(api, app):
     assert inventories(api, provider) == {"DISK_GB": 100}
 
 
+def test_a_reshape_may_leave_a_provider_over_capacity_but_not_more_so(api, app):
+    # As Placement: lowering the inventory under its usage while rewriting
+    # the consumer with the same (or a smaller) amount is accepted; an
+    # amount larger than before on the over-capacity provider is not.
+    provider = insert_provider(app)
+    put_inventories(api, provider, {"VCPU": {"total": 8}})
+    consumer = new_uuid()
+    allocate(api, consumer, {provider: {"VCPU": 6}})
+    lowered = {provider: {"resource_provider_generation": generation(api, provider),
+                          "inventories": {"VCPU": {"total": 4}}}}
+    r = api.post("/reshaper", version="1.30", json={
+        "inventories": lowered, "allocations": {consumer: consumer_entry({provider: {"VCPU": 6}}, 1)}})
+    assert r.status == 204, r
+    lowered[provider]["resource_provider_generation"] = generation(api, provider)
+    r = api.post("/reshaper", version="1.30", json={
+        "inventories": lowered, "allocations": {consumer: consumer_entry({provider: {"VCPU": 7}}, 2)}})
+    assert_error(r, 409, "would exceed the capacity")
+    assert held(api, consumer) == {provider: {"VCPU": 6}}
+
+
 def test_new_consumers_are_created(api, scene):
     payload = scene.payload()
     newcomer = new_uuid()
