@@ -8,7 +8,9 @@ the DELETE statement.
 Changing a provider's traits bumps its generation with a compare-and-swap
 in the same transaction (``generations.bump_provider``); the bump comes
 first, so on PostgreSQL and MySQL it also orders concurrent writers of the
-same provider before any association row is touched.
+same provider before any association row is touched.  A write that changes
+nothing (the same set again, clearing a provider without traits) leaves the
+generation alone, as Placement does: clients holding it keep a valid one.
 """
 
 from __future__ import annotations
@@ -152,10 +154,14 @@ def _resolve(conn: Connection, names: list[str]) -> list[Trait]:
     return found
 
 
-def _replace_associations(conn: Connection, provider_id: int, trait_ids: set[int]) -> None:
-    current = set(conn.execute(
+def _current_ids(conn: Connection, provider_id: int) -> set[int]:
+    return set(conn.execute(
         sa.select(RP_TRAITS.c.trait_id).where(RP_TRAITS.c.resource_provider_id == provider_id)
     ).scalars())
+
+
+def _replace_associations(conn: Connection, provider_id: int, trait_ids: set[int]) -> None:
+    current = _current_ids(conn, provider_id)
     removed = current - trait_ids
     added = trait_ids - current
     if removed:
@@ -176,14 +182,20 @@ def set_provider_traits(conn: Connection, uuid: str, names: list[str], generatio
         raise ConcurrentUpdate("Resource provider's generation already changed. "
                                "Please update the generation and try again.")
     traits = _resolve(conn, names)
+    wanted = {trait.id for trait in traits}
+    if wanted == _current_ids(conn, provider_id):
+        return ProviderTraits(generation, traits)
     new_generation = bump_provider(conn, provider_id, generation, uuid=uuid)
-    _replace_associations(conn, provider_id, {trait.id for trait in traits})
+    _replace_associations(conn, provider_id, wanted)
     return ProviderTraits(new_generation, traits)
 
 
 def clear_provider_traits(conn: Connection, uuid: str) -> int:
-    """Remove every trait from the provider; returns its new generation."""
+    """Remove every trait from the provider; returns its new generation
+    (unchanged when it had none)."""
     provider_id, generation = _provider(conn, uuid)
+    if not _current_ids(conn, provider_id):
+        return generation
     new_generation = bump_provider(conn, provider_id, generation, uuid=uuid)
     conn.execute(sa.delete(RP_TRAITS).where(RP_TRAITS.c.resource_provider_id == provider_id))
     return new_generation

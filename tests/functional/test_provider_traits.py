@@ -177,8 +177,30 @@ def test_concurrent_writers_with_one_generation_one_wins(api, app, rp):
 
 
 def test_concurrent_deletes_all_succeed(api, app, rp):
-    """DELETE names no generation: losing the swap re-runs it rather than failing."""
+    """DELETE names no generation: losing the swap re-runs it rather than failing
+    (and the re-run finds nothing left to clear, so the generation moves once)."""
+    put_traits(api, rp, ["CUSTOM_TRAIT_1"], 0)
     with ThreadPoolExecutor(max_workers=4) as pool:
         statuses = list(pool.map(lambda _: api.delete(f"/resource_providers/{rp}/traits").status, range(8)))
     assert statuses == [204] * 8
-    assert generation_of(app, rp) == 8
+    assert generation_of(app, rp) == 2
+    assert api.get(f"/resource_providers/{rp}/traits").json["traits"] == []
+
+
+def test_writes_that_change_nothing_keep_the_generation(api, app, rp):
+    # Placement: clearing a provider without traits, or setting the set it
+    # already has (in any order), leaves the generation alone.
+    assert api.delete(f"/resource_providers/{rp}/traits").status == 204
+    assert put_traits(api, rp, [], 0).json == {"traits": [], "resource_provider_generation": 0}
+    assert generation_of(app, rp) == 0
+    put_traits(api, rp, ["CUSTOM_TRAIT_1", "HW_CPU_X86_SSE"], 0)
+    again = put_traits(api, rp, ["HW_CPU_X86_SSE", "CUSTOM_TRAIT_1", "CUSTOM_TRAIT_1"], 1)
+    assert again.status == 200
+    assert again.json == {"traits": ["CUSTOM_TRAIT_1", "HW_CPU_X86_SSE"], "resource_provider_generation": 1}
+    assert generation_of(app, rp) == 1
+    # The generation is still checked first.
+    assert put_traits(api, rp, ["CUSTOM_TRAIT_1", "HW_CPU_X86_SSE"], 0).status == 409
+    # A real change moves it.
+    assert put_traits(api, rp, ["CUSTOM_TRAIT_1"], 1).json["resource_provider_generation"] == 2
+    assert api.delete(f"/resource_providers/{rp}/traits").status == 204
+    assert generation_of(app, rp) == 3
