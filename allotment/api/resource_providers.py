@@ -138,7 +138,8 @@ def _filters(req: Request, params: dict[str, str]) -> ProviderFilters:
     traits = groups.TraitExpression()
     if "required" in params:
         traits = groups.parse_required(req.GET.getall("required"), req.version)
-    return ProviderFilters(name=params.get("name"), uuid=params.get("uuid"), in_tree=params.get("in_tree"),
+    # An empty name filters nothing, as in Placement.
+    return ProviderFilters(name=params.get("name") or None, uuid=params.get("uuid"), in_tree=params.get("in_tree"),
                            resources=resources, traits=traits, aggregates=aggregates)
 
 
@@ -153,6 +154,11 @@ def create_resource_provider(req: Request) -> webob.Response:
     data = json_body(req)
     # A hyphenless uuid is stored in its canonical form.
     uuid = str(uuidlib.UUID(data["uuid"])) if data.get("uuid") else str(uuidlib.uuid4())
+    if not data["name"]:
+        # Placement's schema admits "", its create refuses it before any
+        # other check (a rename to "" is accepted, as there).
+        raise HTTPError(400, f'Unable to create resource provider "", {uuid}: '
+                             f'Object action create failed because: name is required')
     try:
         provider = db.create(req.app.db, uuid, data["name"], data.get("parent_provider_uuid"))
     except TreeRuleViolation as error:

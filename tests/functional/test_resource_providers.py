@@ -123,6 +123,28 @@ def test_create_rejects_bad_bodies(api, body, fragment):
     assert count(api.application) == 0
 
 
+@pytest.mark.parametrize("version", ["1.0", "1.14", "1.20", "1.39"])
+def test_create_with_an_empty_name_is_400_before_any_other_check(api, version):
+    # Placement's schema lets "" through and its create refuses it, before
+    # it looks at the uuid or the parent.
+    taken = create(api, "taken")["uuid"]
+    for body in ({"name": ""}, {"name": "", "uuid": taken},
+                 {"name": "", "uuid": new_uuid(), **({"parent_provider_uuid": new_uuid()}
+                                                    if version >= "1.14" else {})}):
+        resp = api.post("/resource_providers", json=body, version=version)
+        shown = body.get("uuid", "")
+        assert_error(resp, 400, f'Unable to create resource provider "", {shown}',
+                     "Object action create failed because: name is required")
+    assert count(api.application) == 1
+
+
+def test_rename_to_an_empty_name_is_accepted(api):
+    # As in Placement: only create refuses "".
+    uuid = create(api, "named")["uuid"]
+    resp = api.put(f"/resource_providers/{uuid}", json={"name": ""})
+    assert resp.status == 200 and resp.json["name"] == ""
+
+
 def test_create_accepts_a_200_character_name(api):
     assert create(api, "y" * 200)["name"] == "y" * 200
 
@@ -227,6 +249,9 @@ def test_list_by_name_and_uuid(api):
     assert listed(api, f"?uuid={first['uuid']}") == {"first"}
     assert listed(api, f"?uuid={new_uuid()}") == set()
     assert listed(api, "?name=flubblebubble") == set()
+    # An empty name filters nothing (Placement's), even with a provider named "".
+    api.put(f"/resource_providers/{first['uuid']}", json={"name": ""})
+    assert listed(api, "?name=") == {"", "second"}
 
 
 @pytest.mark.parametrize("query, version", [
