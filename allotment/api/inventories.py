@@ -11,6 +11,7 @@ clients (nova's report client above all) match on them.
 from __future__ import annotations
 
 import copy
+import datetime
 from typing import Any, Callable, TypeVar
 
 import webob
@@ -154,8 +155,18 @@ def get_inventories(req: Request) -> webob.Response:
     with req.app.db.read() as conn:
         provider = _readable_provider(conn, req.urlvars["uuid"])
         inventories = db.list_inventories(conn, provider.id)
-    return json_response(req, _many(inventories, provider.generation),
-                         last_modified=latest(*(inv.last_modified for inv in inventories)))
+    return _many_response(req, inventories, provider.generation,
+                          latest(*(inv.last_modified for inv in inventories)))
+
+
+def _many_response(req: Request, inventories: list[Inventory], generation: int,
+                   last_modified: datetime.datetime | None) -> webob.Response:
+    """A provider's inventories; Placement sends no Last-Modified when there are none
+    (Cache-Control it still sends)."""
+    response = json_response(req, _many(inventories, generation), last_modified=last_modified)
+    if not inventories:
+        response.headers.pop("Last-Modified", None)
+    return response
 
 
 def get_inventory(req: Request) -> webob.Response:
@@ -244,7 +255,7 @@ def set_inventories(req: Request) -> webob.Response:
             raise domain.BadRequest(f"Unable to update inventory {failure}: {error.message}") from None
 
     generation = _write(req, work)
-    return json_response(req, _many(inventories, generation), last_modified=utcnow())
+    return _many_response(req, inventories, generation, utcnow())
 
 
 def delete_inventory(req: Request) -> webob.Response:

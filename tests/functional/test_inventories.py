@@ -120,6 +120,19 @@ def test_cache_headers_only_from_1_15(api, provider):
         assert new.headers["Cache-Control"] == "no-cache"
 
 
+def test_an_empty_inventory_list_has_no_last_modified(api, provider):
+    # Placement sends Cache-Control but no Last-Modified for an empty list,
+    # on GET and on the PUT that empties it; a non-empty one has both.
+    for response in (api.get(BASE.format(provider), version="1.15"),
+                     _put_all(api, provider, 0, {}, version="1.15")):
+        assert response.status == 200
+        assert response.headers["Cache-Control"] == "no-cache"
+        assert "Last-Modified" not in response.headers
+    filled = _put_all(api, provider, 1, {"VCPU": {"total": 2}}, version="1.39")
+    assert filled.headers["Last-Modified"].endswith("GMT")
+    assert api.get(BASE.format(provider), version="1.39").headers["Last-Modified"].endswith("GMT")
+
+
 def test_create_fills_in_defaults(api, provider):
     response = api.post(BASE.format(provider), json={"resource_class": "VCPU", "total": 8})
     assert response.status == 201
