@@ -250,7 +250,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
         raise ProviderConflict() from None
-    _write_consumers(conn, requests, existing, incomplete_owner)
+    _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows})
     old_ids = [row.id for row in old_rows]
     if old_ids:
         conn.execute(_DELETE_ROWS, {"ids": old_ids})
@@ -372,8 +372,13 @@ def resource_class_ids(conn: Connection, names: Iterable[str]) -> dict[str, int]
 
 def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
                      existing: Mapping[str, consumers.Consumer],
-                     incomplete_owner: tuple[str, str]) -> None:
+                     incomplete_owner: tuple[str, str], holding: set[str]) -> None:
     """Swap the generation of (or create, or delete) every consumer written.
+
+    Emptying a consumer deletes its record when it held allocations.  As
+    Placement does, emptying a consumer that has no record *creates* one at
+    generation 0 (its next write must name 0, not null), and emptying a
+    record that holds nothing leaves it as it is.
 
     Existing records go first, in id order, so that two transactions never
     wait on each other's consumers in opposite orders.
@@ -387,7 +392,10 @@ def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
         conflict = ConsumerConflict if request.check_generation else UnguardedConsumerConflict
         try:
             if not request.resources:
-                if record is not None:
+                if record is None:
+                    consumers.insert(conn, request.consumer_uuid,
+                                     _owner(conn, request, None, incomplete_owner), generation=0)
+                elif request.consumer_uuid in holding:
                     consumers.delete(conn, record)
                 continue
             owner = _owner(conn, request, record, incomplete_owner)
