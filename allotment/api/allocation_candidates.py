@@ -28,6 +28,7 @@ exhausting the worker's memory; hitting it is logged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -37,7 +38,9 @@ from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_response
 from allotment.db import allocation_candidates as db
 from allotment.domain import allocation_candidates as solver
+from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
+from allotment.domain.provider_tree import ProviderSnapshot
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest,
     allocation_candidates_query_schema,
@@ -77,15 +80,42 @@ def parse_query(req: Request) -> AllocationCandidatesRequest:
     return parse_allocation_candidates(list(req.GET.items()), req.version)
 
 
-def find(req: Request, conn, request: AllocationCandidatesRequest) -> tuple[db.Names, solver.AllocationCandidates]:
+def find(req: Request, conn, request: AllocationCandidatesRequest, *,
+         lenient: bool = False) -> tuple[db.Names, solver.AllocationCandidates]:
     """The names of the request and its answer, read with ``conn`` (the
-    same steps for an answer and for an explanation)."""
-    try:
-        names = db.resolve_names(conn, request)
-    except ResourceClassNotFound as error:
-        raise HTTPError(400, f"Invalid resource class in resources parameter: {error.message}") from None
+    same steps for an answer and for an explanation).
+
+    An unknown resource class or trait is a 400.  With ``lenient`` (the
+    answer, as Placement gives it), an unknown name in a group is not
+    reported when an earlier group (in query order) finds nothing on its
+    own: Placement's search stops there, with an empty answer, before it
+    looks at the later group's names.
+    """
+    names = db.resolve_names(conn, request, check=False)
+    problem = db.first_unknown(request, names.class_ids, names.trait_ids)
+    if problem is not None:
+        index, error = problem
+        if not (lenient and index and any(_finds_nothing(req, conn, request, group)
+                                          for group in request.groups[:index])):
+            raise _reported(error)
+        return names, _solve(req, request, db.Candidates(ProviderSnapshot(), ()))
     candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
     return names, _solve(req, request, candidates)
+
+
+def _reported(error: BadRequest) -> Exception:
+    if isinstance(error, ResourceClassNotFound):
+        return HTTPError(400, f"Invalid resource class in resources parameter: {error.message}")
+    return error
+
+
+def _finds_nothing(req: Request, conn, request: AllocationCandidatesRequest, group) -> bool:
+    """Whether ``group`` (whose names all exist), searched alone with the
+    request-wide filters, has no candidate at all."""
+    alone = dataclasses.replace(request, groups=(group,), group_policy=None, same_subtrees=(), limit=1)
+    names = db.resolve_names(conn, alone)
+    candidates = db.load_candidates(conn, alone, names, wanted=_wanted(req, alone))
+    return not _solve(req, alone, candidates).allocation_requests
 
 
 def generation_cap(conf) -> tuple[int, str]:
@@ -100,7 +130,7 @@ def generation_cap(conf) -> tuple[int, str]:
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        _, found = find(req, conn, request)
+        _, found = find(req, conn, request, lenient=True)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(len(found.allocation_requests))
     return {

@@ -140,12 +140,12 @@ _NAMES = sa.union_all(
 )
 
 
-def resolve_names(conn: Connection, request: AllocationCandidatesRequest) -> Names:
+def resolve_names(conn: Connection, request: AllocationCandidatesRequest, *, check: bool = True) -> Names:
     """Ids for every name in the request, in one statement.
 
-    Raises ``ResourceClassNotFound`` / ``UnknownTraits`` in the order
-    Placement finds them: ``root_required`` traits, then group by group its
-    resource classes and its traits.
+    With ``check``, raises ``ResourceClassNotFound`` / ``UnknownTraits`` in
+    the order Placement finds them (:func:`first_unknown`).  Without, the
+    unknown names are simply absent from the result.
     """
     found: dict[str, dict[str, int]] = {"c": {}, "t": {}, "a": {}, "r": {}, "k": {}, "m": {}}
     wanted_trees = request.in_tree_uuids()
@@ -158,26 +158,43 @@ def resolve_names(conn: Connection, request: AllocationCandidatesRequest) -> Nam
     for kind, name, ident in rows:
         found[kind][name] = ident
     class_ids, trait_ids = found["c"], found["t"]
-    _check_names(request, class_ids, trait_ids)
+    if check:
+        problem = first_unknown(request, class_ids, trait_ids)
+        if problem is not None:
+            raise problem[1]
     in_tree_roots = found["r"] if len(found["r"]) == len(wanted_trees) else None
     return Names(class_ids, trait_ids, found["a"], in_tree_roots, trait_ids.get(SHARING_TRAIT),
                  {class_id: name for name, class_id in found["k"].items()},
                  found["m"].get("min"), found["m"].get("max"))
 
 
-def _check_names(request: AllocationCandidatesRequest, class_ids: Collection[str],
-                 trait_ids: Collection[str]) -> None:
-    def check_traits(names: set[str]) -> None:
-        missing = names - set(trait_ids)
-        if missing:
-            raise UnknownTraits(missing)
+def first_unknown(request: AllocationCandidatesRequest, class_ids: Collection[str],
+                  trait_ids: Collection[str]) -> tuple[int | None, BadRequest] | None:
+    """The first unknown name, in the order Placement finds them, as
+    (index of its group in ``request.groups``, or None for ``root_required``;
+    the error to report); None when every name exists.
 
-    check_traits(request.root_traits.names())
-    for group in request.groups:
+    Placement checks ``root_required`` first, then searches group by group
+    in query order, checking each group's resource classes and then its
+    traits just before searching it; a group that finds nothing ends the
+    search (empty answer) before later groups' names are looked at.  The
+    caller decides about that (see ``allotment.api.allocation_candidates``).
+    """
+    def unknown_traits(names: set[str]) -> UnknownTraits | None:
+        missing = names - set(trait_ids)
+        return UnknownTraits(missing) if missing else None
+
+    error = unknown_traits(request.root_traits.names())
+    if error is not None:
+        return None, error
+    for index, group in enumerate(request.groups):
         for name in group.resources:
             if name not in class_ids:
-                raise ResourceClassNotFound(name)
-        check_traits(group.traits.names())
+                return index, ResourceClassNotFound(name)
+        error = unknown_traits(group.traits.names())
+        if error is not None:
+            return index, error
+    return None
 
 
 # ---------------------------------------------------------------------------

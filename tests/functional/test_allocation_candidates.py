@@ -429,6 +429,33 @@ def test_resourceless_group_names_a_provider_of_the_subtree(api, cloud):
 
 # -- bad input: Placement's 400s and messages ---------------------------------------------
 
+def test_a_group_that_finds_nothing_ends_the_search_before_later_names_are_checked(api, cloud):
+    # Placement checks root_required first, then searches group by group in
+    # query order, checking a group's classes and traits just before its
+    # search; a group that finds nothing ends it with an empty answer.
+    cloud.provider("cn1", inventories=COMPUTE)
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    for query in ("resources=SRIOV_NET_VF:1&resources_ACCEL=CUSTOM_NOPE:100",
+                  "resources_B=SRIOV_NET_VF:1&resources_A=CUSTOM_NOPE:1&group_policy=none",
+                  "resources_A=SRIOV_NET_VF:1&resources=CUSTOM_NOPE:1&group_policy=none",
+                  "resources=VCPU:100&resources1=CUSTOM_NOPE:1&group_policy=none",
+                  "resources=VCPU:1&required=HW_CPU_X86_AVX&resources1=CUSTOM_NOPE:1&group_policy=none",
+                  "resources=VCPU:1&root_required=HW_CPU_X86_AVX&resources1=CUSTOM_NOPE:1&group_policy=none",
+                  f"resources=VCPU:1&member_of={AGG_A}&resources1=CUSTOM_NOPE:1&group_policy=none",
+                  "resources=SRIOV_NET_VF:1&resources1=VCPU:1&required1=CUSTOM_NOPE&group_policy=none"):
+        assert candidates(api, query, version="1.36") == empty, query
+    # A group that does find something lets the search reach the bad name,
+    # and a group's own names are checked before its search.
+    assert_400(api, "resources=VCPU:1&resources_ACCEL=CUSTOM_NOPE:100", "No such resource class CUSTOM_NOPE.")
+    assert_400(api, "resources_A=CUSTOM_NOPE:1&resources=SRIOV_NET_VF:1&group_policy=none",
+               "No such resource class CUSTOM_NOPE.")
+    assert_400(api, "resources=SRIOV_NET_VF:1&required=CUSTOM_NOPE", "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources=SRIOV_NET_VF:1&root_required=CUSTOM_NOPE", "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources=VCPU:1&resources1=VCPU:1&resources2=CUSTOM_NOPE:1&group_policy=isolate",
+               "No such resource class CUSTOM_NOPE.")
+
+
+
 def test_bad_queries_are_400_with_placement_messages(api, cloud):
     cloud.provider("cn1", inventories=COMPUTE)
     assert_400(api, "resources=MCPU:1", "Invalid resource class in resources parameter: "
