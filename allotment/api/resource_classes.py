@@ -17,7 +17,7 @@ from allotment.db.resource_classes import ResourceClass
 
 # The name pattern and length limit are the contract: clients see the
 # python-jsonschema messages quoting them.
-NAME = {"type": "string", "pattern": "^CUSTOM\\_[A-Z0-9_]+$", "maxLength": 255}
+NAME = {"type": "string", "pattern": "^CUSTOM_[A-Z0-9_]+$", "maxLength": 255}
 RESOURCE_CLASS_SCHEMA = {
     "type": "object",
     "properties": {"name": NAME},

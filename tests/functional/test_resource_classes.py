@@ -189,13 +189,21 @@ def test_put_creates_then_confirms(api):
 
 
 def test_put_validates_the_name(api):
-    for name, message in (("COW", "Failed validating 'pattern'"),
+    for name, message in (("COW", "'COW' does not match '^CUSTOM_[A-Z0-9_]+$'"),  # Placement's text
                           ("VCPU", "Failed validating 'pattern'"),
                           ("CUSTOM_" + "S" * 249, "Failed validating 'maxLength'")):
         resp = api.put(f"/resource_classes/{name}", version="1.7")
         assert resp.status == 400
         assert message in resp.error()["detail"]
     assert len(names(api.get("/resource_classes"))) == STANDARD_COUNT
+
+
+def test_post_quotes_the_pattern_as_placement_does(api):
+    resp = api.post("/resource_classes", json={"name": "CUSTOM_lower"}, version="1.2")
+    assert resp.status == 400
+    assert ("JSON does not validate: 'CUSTOM_lower' does not match '^CUSTOM_[A-Z0-9_]+$'"
+            in resp.error()["detail"])
+    assert "'pattern': '^CUSTOM_[A-Z0-9_]+$'" in resp.error()["detail"]
 
 
 # -- delete ---------------------------------------------------------------------
