@@ -41,7 +41,9 @@ def list_usages(req: Request) -> webob.Response:
     with req.app.db.read() as conn:
         found = db.provider_usages(conn, uuid)
     if found is None:
-        raise HTTPError(404, f"No resource provider with uuid {uuid} found")
+        # Placement repeats the lookup's own message after its own here.
+        missing = f"No resource provider with uuid {uuid} found"
+        raise HTTPError(404, f"{missing}: {missing}")
     # Usage is a question about now: Last-Modified is the current time.
     return json_response(req, {"resource_provider_generation": found.generation, "usages": found.usages})
 
