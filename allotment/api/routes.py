@@ -125,10 +125,11 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
                   body="resource_providers:CREATE_BODY", ok="1.0: 201; 1.20: 200 json"),
     },
     "/resource_providers/{uuid}": {
+        # Methods in the order a 405's Allow header lists them, as Placement's.
         "GET": E("resource_providers:get_resource_provider", RP + ":show"),
+        "DELETE": E("resource_providers:delete_resource_provider", RP + ":delete", ok="204"),
         "PUT": E("resource_providers:update_resource_provider", RP + ":update",
                  body="resource_providers:UPDATE_BODY"),
-        "DELETE": E("resource_providers:delete_resource_provider", RP + ":delete", ok="204"),
     },
     "/resource_providers/{uuid}/inventories": {
         "GET": E("inventories:get_inventories", INV + ":list"),

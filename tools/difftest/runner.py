@@ -6,6 +6,7 @@ import collections
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -34,7 +35,10 @@ class StartError(RuntimeError):
 
 
 def _free_port(taken: set[int]) -> int:
-    for port in PORTS:
+    # Random order: parallel runs on one machine rarely pick the same port.
+    ports = list(PORTS)
+    random.SystemRandom().shuffle(ports)
+    for port in ports:
         if port in taken:
             continue
         with socket.socket() as sock:
@@ -83,7 +87,11 @@ class Server:
                 raise StartError(f"{kind} server exited: {(self.dir / 'server.log').read_text(errors='replace')[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+                time.sleep(0.3)
+                if self.process.poll() is None:  # ours answering, not someone else's
                     break
+                continue
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
@@ -162,10 +170,15 @@ def _sorted(value):
     return value
 
 
+_UUID_LIST = re.compile(r"'((?:[0-9a-f-]{36}, )+[0-9a-f-]{36})'")
+
+
 def _detail(text: str) -> str:
     # jsonschema's messages embed the schema; Placement leaves that dump undefined
     # (it is the schema's repr), so compare up to it.
     text = text.split("Failed validating")[0]
+    # Lists of providers in a message come from a set: their order is undefined.
+    text = _UUID_LIST.sub(lambda m: "'" + ", ".join(sorted(m.group(1).split(", "))) + "'", text)
     text = re.sub(r"req-[0-9a-f-]{36}", "req-ID", text)
     return " ".join(text.split())
 
@@ -178,6 +191,9 @@ def normalise(request: dict, answer: dict) -> dict:
                 error.pop("request_id", None)
                 if isinstance(error.get("detail"), str):
                     error["detail"] = _detail(error["detail"])
+                    if request["path"] == "/resource_providers" and "uuid" not in (request.get("json") or {}):
+                        # The uuid the server would have given the provider.
+                        error["detail"] = UUID_RE.sub("{generated uuid}", error["detail"])
     if isinstance(body, dict) and "limit=" in request["path"] and "allocation_requests" in body:
         body = {"allocation_requests (count)": len(body["allocation_requests"])}
     if body is None and answer["body"]:
