@@ -59,6 +59,7 @@ class Server:
 
     def __init__(self, kind: str, workdir: Path):
         self.kind = kind
+        workdir.mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
         self.port = _free_port(_TAKEN)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -170,15 +171,15 @@ def _sorted(value):
     return value
 
 
-_UUID_LIST = re.compile(r"'((?:[0-9a-f-]{36}, )+[0-9a-f-]{36})'")
+_QUOTED_LIST = re.compile(r"'([A-Za-z0-9_-]+(?:, [A-Za-z0-9_-]+)+)'")
 
 
 def _detail(text: str) -> str:
     # jsonschema's messages embed the schema; Placement leaves that dump undefined
     # (it is the schema's repr), so compare up to it.
     text = text.split("Failed validating")[0]
-    # Lists of providers in a message come from a set: their order is undefined.
-    text = _UUID_LIST.sub(lambda m: "'" + ", ".join(sorted(m.group(1).split(", "))) + "'", text)
+    # Lists of providers or classes in a message come from a set: their order is undefined.
+    text = _QUOTED_LIST.sub(lambda m: "'" + ", ".join(sorted(m.group(1).split(", "))) + "'", text)
     text = re.sub(r"req-[0-9a-f-]{36}", "req-ID", text)
     return " ".join(text.split())
 
@@ -424,7 +425,7 @@ def parse_versions(text: str) -> tuple[int, int]:
 def run(args, out=print) -> dict:
     seeds = parse_seeds(str(args.seed))
     versions = parse_versions(args.microversion)
-    profile = Profile(granular_unknown_class=not args.suite_profile)
+    profile = Profile(suite=args.suite_profile)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="allotment-difftest-"))
     workdir.mkdir(parents=True, exist_ok=True)
     runner = Run(workdir, ours_url=args.ours_url, ref_url=args.ref_url)
