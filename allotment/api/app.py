@@ -214,6 +214,8 @@ class Application:
                 LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
                 http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
                                                    f"for request {environ.get('openstack.request_id')}.")
+            if http_error.status == 404 and environ.get("allotment.handler") in _NOT_FOUND_ECHOED:
+                http_error.message = _echoed(http_error.message)
             environ["allotment.error_code"] = http_error.code
             if not http_error.vary:
                 environ["allotment.no_vary"] = True
@@ -378,7 +380,7 @@ _NOT_FOUND_ANSWERED = frozenset({
     "traits:list_traits_for_resource_provider", "traits:get_trait", "traits:delete_trait",
     "usages:list_usages",
     "resource_providers:delete_resource_provider",
-    "inventories:delete_inventory", "inventories:get_inventories", "inventories:get_inventory",
+    "inventories:get_inventories", "inventories:get_inventory",
     "allocations:list_for_resource_provider", "allocations:set_allocations_for_consumer",
     "allocations:set_allocations", "allocations:delete_allocations",
     "reshaper:reshape",
@@ -387,7 +389,20 @@ _NOT_FOUND_ANSWERED = frozenset({
 
 def _handler_answers_not_found(environ: dict, error: domain.PlacementError) -> bool:
     handler = environ.get("allotment.handler")
-    if handler == "inventories:update_inventory":
+    if handler in ("inventories:update_inventory", "inventories:delete_inventory"):
         # Only a missing inventory is answered there; a missing provider or class escapes.
         return not error.message.startswith(("No resource provider", "No such resource class"))
     return handler in _NOT_FOUND_ANSWERED
+
+
+# Handlers of which Placement's 404 text repeats the lookup's message
+# ("No resource provider with uuid X found: No resource provider with uuid
+# X found"): clients that match the whole text see it.
+_NOT_FOUND_ECHOED = frozenset({"usages:list_usages"})
+
+
+def _echoed(message: str) -> str:
+    half = (len(message) - 2) // 2
+    if message[:half] == message[half + 2:] and message[half:half + 2] == ": ":
+        return message  # already in that form
+    return f"{message}: {message}"

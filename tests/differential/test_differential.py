@@ -38,7 +38,7 @@ def test_allotment_answers_as_the_reference(tmp_path):
     probe.stop()
     lines: list[str] = []
     args = argparse.Namespace(seed=SEEDS, requests=REQUESTS, microversion="1.0-1.39", keep=None,
-                              ours_url=None, ref_url=None, shrink=2, shrink_budget=25, suite_profile=True)
+                              ours_url=None, ref_url=None, shrink=1, shrink_budget=20, suite_profile=True)
     outcome = runner.run(args, out=lines.append)
     assert outcome["requests"] == 3 * REQUESTS
     assert outcome["divergences"] == 0, "\n".join(lines)

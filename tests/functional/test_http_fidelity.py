@@ -192,3 +192,21 @@ def test_the_most_relevant_schema_error_is_reported(api):
     resp = api.put(f"/resource_providers/{rp}/inventories", json=body)
     assert resp.status == 400
     assert "Additional properties are not allowed ('bogus' was unexpected)" in resp.error()["detail"]
+
+
+def test_vary_on_a_missing_inventory_but_not_on_a_missing_provider(api):
+    rp = new_uuid()
+    api.post("/resource_providers", json={"name": "inventory-vary", "uuid": rp})
+    missing_inventory = api.delete(f"/resource_providers/{rp}/inventories/VCPU")
+    missing_provider = api.delete(f"/resource_providers/{new_uuid()}/inventories/VCPU")
+    assert missing_inventory.status == missing_provider.status == 404
+    assert missing_inventory.headers["Vary"] == VARY
+    assert "Vary" not in missing_provider.headers
+
+
+def test_usages_of_a_missing_provider_repeat_the_message_as_placement_does(api):
+    rp = new_uuid()
+    resp = api.get(f"/resource_providers/{rp}/usages")
+    assert resp.status == 404
+    message = f"No resource provider with uuid {rp} found"
+    assert resp.error()["detail"].endswith(f"{message}: {message}")

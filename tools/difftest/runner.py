@@ -347,6 +347,9 @@ class Run:
 
         if fails([]):
             return [target]
+        related = _related(prefix, target)
+        if len(related) < len(prefix) and fails(related):
+            prefix = related
         n = 2
         while len(prefix) >= 2 and replays < budget:
             size = len(prefix) // n
@@ -366,6 +369,27 @@ class Run:
         if len(prefix) == 1 and replays < budget and fails([]):
             prefix = []
         return prefix + [target]
+
+
+def _tokens(request: dict) -> set[str]:
+    text = request["path"] + (request["body"] or b"").decode("utf-8", "replace")
+    return set(UUID_RE.findall(text)) | set(re.findall(r"CUSTOM_[A-Z0-9_]+", text))
+
+
+def _related(prefix: list[dict], target: dict) -> list[dict]:
+    """The requests linked to ``target`` through the uuids and custom names
+    they share, transitively: usually a far shorter stream to start from."""
+    wanted = _tokens(target)
+    keep = [False] * len(prefix)
+    changed = True
+    while changed:
+        changed = False
+        for index in range(len(prefix) - 1, -1, -1):
+            if not keep[index] and _tokens(prefix[index]) & wanted:
+                keep[index] = True
+                wanted |= _tokens(prefix[index])
+                changed = True
+    return [request for request, kept in zip(prefix, keep) if kept]
 
 
 def curl(request: dict) -> str:
@@ -405,6 +429,8 @@ def main(argv=None) -> int:
     parser.add_argument("--suite-profile", action="store_true",
                         help="leave out request shapes with known divergences fixed elsewhere (as the test suite)")
     args = parser.parse_args(argv)
+    # A TERM (a timeout, a CI cancel) unwinds normally, so the servers are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     outcome = run(args)
     return 1 if outcome["divergences"] else 0
 
