@@ -258,7 +258,7 @@ class Application:
         if req.version < endpoint.min_version:
             raise errors.HTTPError(endpoint.too_old_status, explanation=_not_allowed_explanation(req)
                                    if endpoint.too_old_status == 405 else None)
-        if endpoint.produces_json and req.method == "GET":
+        if endpoint.produces_json and endpoint.checks_accept and req.method == "GET":
             _check_accept(req)
         if endpoint.accepts_json:
             require_json_content(req)

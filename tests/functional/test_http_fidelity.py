@@ -210,3 +210,9 @@ def test_usages_of_a_missing_provider_repeat_the_message_as_placement_does(api):
     assert resp.status == 404
     message = f"No resource provider with uuid {rp} found"
     assert resp.error()["detail"].endswith(f"{message}: {message}")
+
+
+def test_the_root_document_ignores_accept(api):
+    resp = api.get("/", headers={"Accept": "text/plain"})
+    assert resp.status == 200
+    assert resp.json["versions"][0]["max_version"] == "1.39"
