@@ -216,3 +216,4 @@ def test_the_root_document_ignores_accept(api):
     resp = api.get("/", headers={"Accept": "text/plain"})
     assert resp.status == 200
     assert resp.json["versions"][0]["max_version"] == "1.39"
+

@@ -47,6 +47,25 @@ class Profile:
         self.no_op_writes = not suite
         # Resource class names the schema refuses (its error text differs):
         self.bad_class_names = not suite
+        # Reading the inventories of a provider that has none (Allotment
+        # sends Last-Modified, Placement does not):
+        self.empty_inventory_reads = not suite
+        # Allocations naming a provider that does not exist: Placement
+        # refuses them (400) but keeps a new consumer (generation 0), so a
+        # later write expecting a new consumer is a 409 there only:
+        self.allocations_on_unknown_providers = not suite
+        # Likewise after other refused writes: a consumer uuid whose first
+        # write failed is not used again:
+        self.reuse_refused_consumers = not suite
+        # Writing empty allocations for a consumer: Placement keeps (or
+        # creates) the consumer at generation 0, Allotment forgets it:
+        self.empty_allocations = not suite
+        # The first update of a child provider: Placement's answer has no
+        # Last-Modified, Allotment's has:
+        self.child_updates = not suite
+        # The same provider twice in a list-format (before 1.12) allocation
+        # body: Placement adds the resources up, Allotment refuses (400):
+        self.repeated_provider_in_list = not suite
 
 
 class Model:
@@ -57,6 +76,7 @@ class Model:
         self.custom_traits: set[str] = set()
         self.aggregates: list[str] = [str(uuidlib.UUID(int=rng.getrandbits(128))) for _ in range(4)]
         self.consumers: dict[str, int | None] = {}  # uuid -> generation (None: unknown/new)
+        self.refused_consumers: set[str] = set()  # new consumers whose first write failed
         self.projects = ["proj-a", "proj-b", "proj-c"]
         self.users = ["user-a", "user-b"]
         self.counter = 0
@@ -88,7 +108,7 @@ class Model:
                     root = self.providers.get(parent, {}).get("root", new) if parent else new
                     self.providers[new] = {"name": (sent or {}).get("name"), "parent": parent,
                                            "root": root, "generation": 0,
-                                           "traits": [], "aggregates": []}
+                                           "traits": [], "aggregates": [], "inventories": []}
             elif len(parts) >= 2:
                 rp = parts[1]
                 if status == 404 and rp in self.providers and len(parts) == 2:
@@ -101,6 +121,10 @@ class Model:
                     generation = body.get("resource_provider_generation", body.get("generation"))
                     if isinstance(generation, int):
                         self.providers[rp]["generation"] = generation
+                    if len(parts) == 3 and parts[2] == "inventories" and isinstance(body.get("inventories"), dict):
+                        self.providers[rp]["inventories"] = sorted(body["inventories"])
+                    if len(parts) >= 3 and parts[2] == "inventories" and method in ("POST", "DELETE") and ok:
+                        self.providers[rp].pop("inventories", None)  # unknown until read
                     for key in ("traits", "aggregates"):
                         if len(parts) == 3 and parts[2] == key and isinstance(body.get(key), list):
                             self.providers[rp][key] = sorted(body[key])
@@ -118,6 +142,8 @@ class Model:
                 consumer = parts[1]
                 if method == "GET" and ok and isinstance(body, dict):
                     self.consumers[consumer] = body.get("consumer_generation")
+                elif method == "PUT" and not ok and consumer not in self.consumers:
+                    self.refused_consumers.add(consumer)
                 elif method in ("PUT", "DELETE") and ok:
                     self.consumers[consumer] = None  # learn it from the next GET
                     if method == "DELETE":
@@ -125,6 +151,8 @@ class Model:
             elif method == "POST" and ok:
                 for consumer in (sent or {}):
                     self.consumers[consumer] = None
+            elif method == "POST" and isinstance(sent, dict):
+                self.refused_consumers.update(c for c in sent if c not in self.consumers)
         for ref in self.providers.values():
             ref.setdefault("generation", 0)
 
@@ -264,6 +292,8 @@ class Generator:
             current = self.model.providers.get(rp, {})
             options = [current.get("parent"), None, self.rp()]
             body["parent_provider_uuid"] = self.rng.choice(options)
+        if self.model.providers.get(rp, {}).get("parent") and not self.profile.child_updates:
+            return self.request("GET", f"/resource_providers/{rp}", v)
         if self.chance(0.05):
             body["generation"] = 3
         return self.request("PUT", f"/resource_providers/{rp}", v, body)
@@ -320,6 +350,8 @@ class Generator:
         rp, v = self.rp(), self.version()
         if self.chance(0.3):
             return self.request("DELETE", f"/resource_providers/{rp}/inventories", v)
+        if not self.profile.empty_inventory_reads and not self.model.providers.get(rp, {}).get("inventories"):
+            return self.request("GET", f"/resource_providers/{rp}", v)
         return self.request("GET", f"/resource_providers/{rp}/inventories", v)
 
     # -- aggregates, traits, classes ---------------------------------------------
@@ -389,14 +421,21 @@ class Generator:
     def consumer(self, new: float = 0.3) -> str:
         if not self.model.consumers or self.chance(new):
             return self.model.new_uuid()
-        return self.rng.choice(sorted(self.model.consumers))
+        known = sorted(self.model.consumers)
+        if self.profile.reuse_refused_consumers and self.model.refused_consumers and self.chance(0.1):
+            known = sorted(self.model.refused_consumers)
+        return self.rng.choice(known)
 
     def allocation_body(self, v, consumer: str) -> dict:
         rps = [self.rp() for _ in range(self.rng.randint(1, 2))]
+        if not self.profile.allocations_on_unknown_providers:
+            rps = [rp for rp in rps if rp in self.model.providers] or [self.model.provider() or self.rp()]
+        if not self.profile.repeated_provider_in_list:
+            rps = list(dict.fromkeys(rps))
         if v >= mv(12):
             allocations = {rp: {"resources": {self.rc(): self.rng.choice([1, 1, 2, 4, 0, 100])}} for rp in rps}
             body = {"allocations": allocations}
-            if self.chance(0.05):
+            if self.chance(0.05) and self.profile.empty_allocations:
                 body["allocations"] = {}
         else:
             body = {"allocations": [{"resource_provider": {"uuid": rp},
@@ -516,8 +555,11 @@ class Generator:
         if roll < 0.55:
             return self.request("GET", path, v, token=None)
         if roll < 0.75:
-            target = self.rng.choice(["/resource_providers", f"/resource_providers/{rp}/inventories",
-                                      "/resource_classes", "/allocations", f"/resource_providers/{rp}/traits"])
+            targets = ["/resource_providers", f"/resource_providers/{rp}/inventories",
+                       "/resource_classes", "/allocations", f"/resource_providers/{rp}/traits"]
+            if not self.profile.bad_class_names:
+                targets.remove("/resource_classes")
+            target = self.rng.choice(targets)
             method = "PUT" if "/traits" in target or "/inventories" in target else "POST"
             raw = self.rng.choice([b"{", b'{"name": "x",}', b'{"name": NaN}', b'{"name": Infinity}',
                                    b"[]", b"null", b'"text"', b"", b'{"name": "a", "name": "b"}',
