@@ -221,15 +221,19 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     Failures are 400 ``Invalid query string parameters: ...`` with
     python-jsonschema's message, which clients match on, as for bodies.
     """
-    params = dict(req.GET)
     if schema is ROUTE_SCHEMA:
         schema = schema_at(req.endpoint.query, req.version)
-    if schema is None:
-        return params
-    error = _best_error(_validator(schema), params)
-    if error is not None:
-        raise HTTPError(400, f"Invalid query string parameters: {error}")
-    return params
+    if schema is not None:
+        # The schema first, as Placement: an unknown or missing parameter
+        # is reported before a NUL in some value (req.GET refuses those).
+        try:
+            raw = dict(webob.Request.GET.fget(req))
+        except UnicodeDecodeError:
+            raw = None  # req.GET below answers it
+        error = _best_error(_validator(schema), raw) if raw is not None else None
+        if error is not None:
+            raise HTTPError(400, f"Invalid query string parameters: {error}")
+    return dict(req.GET)
 
 
 def http_date(moment: datetime.datetime | None) -> str:

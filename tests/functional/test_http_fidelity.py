@@ -217,3 +217,10 @@ def test_the_root_document_ignores_accept(api):
     assert resp.status == 200
     assert resp.json["versions"][0]["max_version"] == "1.39"
 
+
+
+def test_an_unknown_parameter_is_reported_before_a_nul_in_it(api):
+    resp = api.get("/resource_providers?a=%00", version="1.23")
+    assert resp.status == 400
+    assert "Additional properties are not allowed ('a' was unexpected)" in resp.error()["detail"]
+    assert "U+0000" in api.get("/resource_providers?name=%00", version="1.23").error()["detail"]
