@@ -64,7 +64,8 @@ class Profile:
         # Last-Modified, Allotment's has:
         self.child_updates = not suite
         # The same provider twice in a list-format (before 1.12) allocation
-        # body: Placement adds the resources up, Allotment refuses (400):
+        # body: Placement keeps the last entry (the others are dropped),
+        # Allotment refuses (400):
         self.repeated_provider_in_list = not suite
 
 
