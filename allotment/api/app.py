@@ -3,12 +3,13 @@
 Outermost first, as Placement orders its middleware:
 
 1. request id, timing and the per-request log line;
-2. microversion negotiation (400/406 before anything else) and the version
-   headers on every response, errors included;
-3. CORS, when ``[cors]`` is configured (pre-flight needs no token);
-4. authentication (keystone auth_token or noauth2), then the caller's context;
+2. CORS, when ``[cors]`` is configured (pre-flight needs no token);
+3. authentication (keystone auth_token or noauth2): a request without a
+   token is 401 whatever version it asks for, without version headers;
+4. microversion negotiation (400/406) and the version headers on every
+   response after it, errors included (``Vary`` where Placement sends it);
 5. routing: 404 / 405 with ``Allow``; the route's microversion, media-type,
-   Accept and policy declarations; then the handler.
+   Accept and policy declarations; the caller's context; then the handler.
 
 Domain errors raised anywhere below become HTTP errors in one place
 (``errors.from_domain``); anything unexpected is logged with its traceback
