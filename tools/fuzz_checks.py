@@ -25,6 +25,18 @@ def _header(response, name: str) -> str | None:
     return values
 
 
+def _noauth2_unauthorized(body: bytes) -> bool:
+    """noauth2's 401 comes before any Placement code, in the plain WSGI
+    format Placement's own noauth2 answers with (``message``, ``code``,
+    ``title``), not in the error format."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("code") == "401 Unauthorized" and \
+        data.get("title") == "Unauthorized" and isinstance(data.get("message"), str)
+
+
 def problems(status: int, headers: dict, body: bytes, version: tuple[int, int] | None) -> list[str]:
     """What is wrong with one answer (empty: nothing); plain data, so it is unit-testable."""
     if status >= 500:
@@ -37,6 +49,8 @@ def problems(status: int, headers: dict, body: bytes, version: tuple[int, int] |
         found.append(f"no request id header (got {request_id!r})")
     if not (headers.get("content-type") or "").startswith("application/json"):
         return found + [f"a {status} that is not JSON: {headers.get('content-type')!r}"]
+    if status == 401 and _noauth2_unauthorized(body):
+        return found
     try:
         errors = json.loads(body)["errors"]
         error = errors[0]

@@ -3,12 +3,13 @@
 Outermost first, as Placement orders its middleware:
 
 1. request id, timing and the per-request log line;
-2. microversion negotiation (400/406 before anything else) and the version
-   headers on every response, errors included;
-3. CORS, when ``[cors]`` is configured (pre-flight needs no token);
-4. authentication (keystone auth_token or noauth2), then the caller's context;
+2. CORS, when ``[cors]`` is configured (pre-flight needs no token);
+3. authentication (keystone auth_token or noauth2): a request without a
+   token is 401 whatever version it asks for, without version headers;
+4. microversion negotiation (400/406) and the version headers on every
+   response after it, errors included (``Vary`` where Placement sends it);
 5. routing: 404 / 405 with ``Allow``; the route's microversion, media-type,
-   Accept and policy declarations; then the handler.
+   Accept and policy declarations; the caller's context; then the handler.
 
 Domain errors raised anywhere below become HTTP errors in one place
 (``errors.from_domain``); anything unexpected is logged with its traceback
@@ -118,11 +119,15 @@ class Application:
 
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
+        # Innermost first; Placement's order: request id, CORS,
+        # authentication, then microversion negotiation and the handler (so
+        # a request without a token is 401 whatever version it asks for).
         inner: Callable = self._dispatch
+        inner = self._guard(inner)
+        inner = self._versioned(inner)
         inner = auth.wrap(inner, conf, strategy=auth_strategy, is_public=self.router.is_public)
         if self.metrics is not None and self.metrics.public:
             inner = self.metrics.public_route(inner)
-        inner = self._guard(inner)
         if conf.cors.allowed_origin:
             from oslo_middleware import cors
 
@@ -138,37 +143,52 @@ class Application:
         started = time.monotonic()
         request_id = "req-" + str(uuid.uuid4())
         environ["openstack.request_id"] = request_id
-        accept = environ.get("HTTP_ACCEPT")
         state = {"status": "500", "length": 0}
-        try:
-            version = microversion.negotiate(environ.get("HTTP_OPENSTACK_API_VERSION"))
-        except (microversion.InvalidVersion, microversion.UnacceptableVersion) as error:
-            status = 400 if isinstance(error, microversion.InvalidVersion) else 406
-            http_error = errors.HTTPError(status, str(error))
-            status_line, headers, body = errors.render(http_error, request_id=request_id,
-                                                       version=None, accept=accept)
-            headers.append((REQUEST_ID_HEADER, request_id))
-            start_response(status_line, headers)
-            self._log(environ, status_line, len(body), None, started, request_id)
-            if self.metrics is not None:
-                self.metrics.observe_request(environ, status_line, started)
-            return [body]
-        environ["allotment.version"] = version
-        extra = microversion.response_headers(version) + [(REQUEST_ID_HEADER, request_id)]
 
         def _start(status, headers, exc_info=None):
             state["status"] = status
             for name, value in headers:
                 if name.lower() == "content-length":
                     state["length"] = value
-            return start_response(status, list(headers) + extra, exc_info)
+            return start_response(status, list(headers) + [(REQUEST_ID_HEADER, request_id)], exc_info)
 
         try:
             return self._inner(environ, _start)
         finally:
-            self._log(environ, state["status"], state["length"], version, started, request_id)
+            self._log(environ, state["status"], state["length"], environ.get("allotment.version"),
+                      started, request_id)
             if self.metrics is not None:
                 self.metrics.observe_request(environ, state["status"], started)
+
+    def _versioned(self, app: Callable) -> Callable:
+        """Microversion negotiation (400/406 before anything else) and the
+        version headers on every response after it: ``OpenStack-API-Version``
+        always, ``Vary`` unless the error says otherwise (see HTTPError.vary)."""
+
+        def versioned(environ, start_response):
+            try:
+                version = microversion.negotiate(environ.get("HTTP_OPENSTACK_API_VERSION"))
+            except (microversion.InvalidVersion, microversion.UnacceptableVersion) as error:
+                unacceptable = isinstance(error, microversion.UnacceptableVersion)
+                http_error = errors.HTTPError(406 if unacceptable else 400, f"Invalid microversion: {error}",
+                                              negotiation=unacceptable)
+                if unacceptable:
+                    http_error.explanation = _not_acceptable_explanation(environ)
+                status_line, headers, body = self._render(environ, http_error, None)
+                start_response(status_line, headers)
+                return [body]
+            environ["allotment.version"] = version
+            version_header, vary_header = microversion.response_headers(version)
+
+            def _start(status, headers, exc_info=None):
+                headers = list(headers) + [version_header]
+                if environ.pop("allotment.no_vary", False) is False:
+                    headers.append(vary_header)
+                return start_response(status, headers, exc_info)
+
+            return app(environ, _start)
+
+        return versioned
 
     def _log(self, environ, status, length, version, started, request_id) -> None:
         path = environ.get("PATH_INFO", "")
@@ -189,20 +209,27 @@ class Application:
                 http_error = error
             except domain.PlacementError as error:
                 http_error = errors.from_domain(error)
-            except auth.Unauthorized:
-                http_error = errors.HTTPError(401, "", headers={"WWW-Authenticate": "Keystone uri='noauth2'"})
+                if error.status == 403 or (error.status == 404 and not _handler_answers_not_found(environ, error)):
+                    http_error.vary = False
             except Exception:  # noqa: BLE001 - the last line of defence
                 LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
                 http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
                                                    f"for request {environ.get('openstack.request_id')}.")
+            if http_error.status == 404 and environ.get("allotment.handler") in _NOT_FOUND_ECHOED:
+                http_error.message = _echoed(http_error.message)
             environ["allotment.error_code"] = http_error.code
-            status_line, headers, body = errors.render(
-                http_error, request_id=environ.get("openstack.request_id", ""),
-                version=environ.get("allotment.version"), accept=environ.get("HTTP_ACCEPT"))
+            if not http_error.vary:
+                environ["allotment.no_vary"] = True
+            status_line, headers, body = self._render(environ, http_error, environ.get("allotment.version"))
             start_response(status_line, headers)
             return [body]
 
         return guarded
+
+    @staticmethod
+    def _render(environ, http_error, version):
+        return errors.render(http_error, request_id=environ.get("openstack.request_id", ""), version=version,
+                             accept=environ.get("HTTP_ACCEPT"), head=environ.get("REQUEST_METHOD") == "HEAD")
 
     # -- routing ----------------------------------------------------------
     def _dispatch(self, environ: dict, start_response) -> Iterable[bytes]:
@@ -211,26 +238,28 @@ class Application:
         req.request_id = environ["openstack.request_id"]
         req.app = self
         req.context = RequestContext.from_environ(environ, req.request_id)
+        environ["allotment.handler"] = None
         _check_content_length(environ)
         _limit_body(environ, self.conf.allotment.max_request_body_size)
         path = decoded_path(environ)
         if "\x00" in path:
             # No write accepts a NUL, so nothing can be named with one (and
             # PostgreSQL could not even be asked).
-            raise errors.HTTPError(404)
+            raise errors.HTTPError(404, vary=False)
         found = self.router.match(path or "/")
         if found is None:
-            raise errors.HTTPError(404)
+            raise errors.HTTPError(404, vary=False)
         methods, urlvars = found
         endpoint = methods.get(req.method)
         if endpoint is None:
-            allowed = ", ".join(sorted(methods))
-            raise errors.HTTPError(405, f"The method {req.method} is not allowed for this resource.",
-                                   headers={"Allow": allowed},
-                                   explanation="The method specified is not allowed for this resource.")
+            allowed = ", ".join(methods)  # in the route table's order, as Placement lists them
+            raise errors.HTTPError(405, "The method specified is not allowed for this resource.",
+                                   headers={"Allow": allowed}, explanation=_not_allowed_explanation(req))
+        environ["allotment.handler"] = endpoint.handler
         if req.version < endpoint.min_version:
-            raise errors.HTTPError(endpoint.too_old_status)
-        if endpoint.produces_json and req.method == "GET":
+            raise errors.HTTPError(endpoint.too_old_status, explanation=_not_allowed_explanation(req)
+                                   if endpoint.too_old_status == 405 else None)
+        if endpoint.produces_json and endpoint.checks_accept and req.method == "GET":
             _check_accept(req)
         if endpoint.accepts_json:
             require_json_content(req)
@@ -265,9 +294,9 @@ def _check_content_length(environ: dict) -> None:
     try:
         size = int(length)
     except ValueError:
-        raise errors.HTTPError(400, "content-length header must be an integer") from None
+        raise errors.HTTPError(400, "content-length header must be an integer", vary=False) from None
     if size > 0 and not environ.get("CONTENT_TYPE"):
-        raise errors.HTTPError(400, "content-type header required when content-length > 0")
+        raise errors.HTTPError(400, "content-type header required when content-length > 0", vary=False)
 
 
 def _limit_body(environ: dict, limit: int) -> None:
@@ -322,8 +351,7 @@ def _check_accept(req: Request) -> None:
         return
     if not req.accept.acceptable_offers(["application/json"]):
         raise errors.HTTPError(406, "Only application/json is provided",
-                               explanation="The resource could not be generated that was acceptable "
-                                           "to your browser.")
+                               explanation=_not_acceptable_explanation(req.environ))
 
 
 def require_json_content(req: Request) -> None:
@@ -331,4 +359,51 @@ def require_json_content(req: Request) -> None:
     content_type = req.content_type or None
     if content_type != "application/json":
         raise errors.HTTPError(415, f"The media type {content_type} is not supported, use application/json",
-                               explanation="The request media type is not supported by this server.")
+                               explanation=f"The request media type {content_type} "
+                                           "is not supported by this server. ")
+
+
+def _not_allowed_explanation(req: Request) -> str:
+    return f"The method {req.method} is not allowed for this resource. "
+
+
+def _not_acceptable_explanation(environ: dict) -> str:
+    # Placement's wording, unclosed parenthesis and trailing space included.
+    accept = errors.effective_accept(environ.get("HTTP_ACCEPT"))
+    return f"The resource could not be generated that was acceptable to your browser (content of type {accept}. "
+
+
+# Handlers of which Placement answers a missing object itself (so the 404
+# carries Vary like any answer of theirs); elsewhere the lookup's NotFound
+# escapes the handler and the 404 carries the version header only.
+_NOT_FOUND_ANSWERED = frozenset({
+    "resource_classes:update_resource_class",
+    "traits:list_traits_for_resource_provider", "traits:get_trait", "traits:delete_trait",
+    "usages:list_usages",
+    "resource_providers:delete_resource_provider",
+    "inventories:get_inventories", "inventories:get_inventory",
+    "allocations:list_for_resource_provider", "allocations:set_allocations_for_consumer",
+    "allocations:set_allocations", "allocations:delete_allocations",
+    "reshaper:reshape",
+})
+
+
+def _handler_answers_not_found(environ: dict, error: domain.PlacementError) -> bool:
+    handler = environ.get("allotment.handler")
+    if handler in ("inventories:update_inventory", "inventories:delete_inventory"):
+        # Only a missing inventory is answered there; a missing provider or class escapes.
+        return not error.message.startswith(("No resource provider", "No such resource class"))
+    return handler in _NOT_FOUND_ANSWERED
+
+
+# Handlers of which Placement's 404 text repeats the lookup's message
+# ("No resource provider with uuid X found: No resource provider with uuid
+# X found"): clients that match the whole text see it.
+_NOT_FOUND_ECHOED = frozenset({"usages:list_usages"})
+
+
+def _echoed(message: str) -> str:
+    half = (len(message) - 2) // 2
+    if message[:half] == message[half + 2:] and message[half:half + 2] == ": ":
+        return message  # already in that form
+    return f"{message}: {message}"

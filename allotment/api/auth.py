@@ -13,6 +13,8 @@ from typing import Callable
 
 from oslo_config import cfg
 
+from allotment.api import errors
+
 LOG = logging.getLogger(__name__)
 
 WSGIApp = Callable
@@ -35,10 +37,14 @@ class NoAuth2:
 
     def __call__(self, environ, start_response):
         token = environ.get("HTTP_X_AUTH_TOKEN")
-        if not token:
+        if token is None:
             if self._is_public(environ):
                 return self.app(environ, start_response)
-            raise Unauthorized()
+            status_line, headers, body = errors.unauthorized(environ.get("HTTP_ACCEPT"))
+            if environ.get("REQUEST_METHOD") == "HEAD":
+                headers, body = [("Content-Type", "text/html; charset=UTF-8"), ("Content-Length", "0")], b""
+            start_response(status_line, headers)
+            return [body]
         user, _, project = token.partition(":")
         project = project or user
         environ["HTTP_X_USER_ID"] = user
@@ -48,10 +54,6 @@ class NoAuth2:
         if "HTTP_X_ROLES" not in environ:
             environ["HTTP_X_ROLES"] = "admin" if user == "admin" else ""
         return self.app(environ, start_response)
-
-
-class Unauthorized(Exception):
-    """No credentials: answered as 401 by the application."""
 
 
 class KeystoneAuth:

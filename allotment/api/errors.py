@@ -17,6 +17,7 @@ import html
 from http import HTTPStatus
 
 import orjson
+import webob.acceptparse
 
 from allotment.domain import errors as domain
 
@@ -35,16 +36,27 @@ EXPLANATIONS = {
 
 
 class HTTPError(Exception):
-    """An error response; ``message`` is the request-specific part of detail."""
+    """An error response; ``message`` is the request-specific part of detail.
+
+    ``vary``: whether the response carries ``Vary: openstack-api-version``
+    besides the version header.  Placement sends it on errors its handlers
+    answer, not on those raised before or around a handler (no route,
+    policy, a missing object nobody caught), and clients and caches see the
+    difference.  ``negotiation``: a 406 for a microversion we do not serve;
+    its body says which we do (``min_version``/``max_version``).
+    """
 
     def __init__(self, status: int, message: str = "", *, code: str | None = None,
-                 headers: dict[str, str] | None = None, explanation: str | None = None):
+                 headers: dict[str, str] | None = None, explanation: str | None = None,
+                 vary: bool = True, negotiation: bool = False):
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code or domain.DEFAULT
         self.headers = headers or {}
         self.explanation = explanation
+        self.vary = vary
+        self.negotiation = negotiation
 
     @property
     def title(self) -> str:
@@ -64,28 +76,82 @@ def from_domain(error: domain.PlacementError) -> HTTPError:
     return HTTPError(error.status, error.message, code=error.code)
 
 
-def _wants_html(accept: str | None) -> bool:
-    if not accept:
-        return False
-    lowered = accept.lower()
-    return "text/html" in lowered and "application/json" not in lowered and "*/*" not in lowered
+def effective_accept(accept: str | None) -> str:
+    """The Accept header as errors are formatted for it: none (or ``*/*``)
+    counts as ``application/json``, as in Placement."""
+    if not accept or accept.strip() == "*/*":
+        return "application/json"
+    return accept
+
+
+def error_format(accept: str | None) -> str:
+    """``html``, ``json`` or ``plain``: the best of HTML and JSON the client
+    accepts (ties go to HTML, listed first), else plain text."""
+    offers = webob.acceptparse.create_accept_header(effective_accept(accept)).acceptable_offers(
+        ["text/html", "application/json"])
+    if not offers:
+        return "plain"
+    return "html" if offers[0][0] == "text/html" else "json"
+
+
+UNAUTHORIZED = ("This server could not verify that you are authorized to access the document you "
+                "requested. Either you supplied the wrong credentials (e.g., bad password), or your "
+                "browser does not understand how to supply the credentials required.")
+
+
+def unauthorized(accept: str | None) -> tuple[str, list[tuple[str, str]], bytes]:
+    """The 401 noauth2 answers a request without a token: not in Placement's
+    error format (it comes before any Placement code runs) but in the plain
+    WSGI one, as Placement's own noauth2 answers it."""
+    kind = error_format(accept)
+    if kind == "json":
+        body = orjson.dumps({"message": UNAUTHORIZED + "<br /><br />\n\n\n", "code": "401 Unauthorized",
+                             "title": "Unauthorized"})
+        content_type = "application/json"
+    elif kind == "html":
+        body = _html("401 Unauthorized", UNAUTHORIZED, "")
+        content_type = "text/html; charset=UTF-8"
+    else:
+        body = f"401 Unauthorized\n\n{UNAUTHORIZED}\n\n   ".encode()
+        content_type = "text/plain; charset=UTF-8"
+    return "401 Unauthorized", [("Content-Type", content_type), ("Content-Length", str(len(body)))], body
+
+
+def _html(status: str, explanation: str, message: str) -> bytes:
+    return (f"<html>\n <head>\n  <title>{status}</title>\n </head>\n <body>\n  <h1>{status}</h1>\n"
+            f"  {html.escape(explanation)}<br /><br />\n{html.escape(message)}\n\n </body>\n</html>").encode()
 
 
 def render(error: HTTPError, *, request_id: str, version: tuple[int, int] | None,
-           accept: str | None) -> tuple[str, list[tuple[str, str]], bytes]:
-    """(status line, headers, body) for ``error``, in the form the client accepts."""
+           accept: str | None, head: bool = False) -> tuple[str, list[tuple[str, str]], bytes]:
+    """(status line, headers, body) for ``error``, in the form the client
+    accepts: JSON in Placement's error format, or HTML or plain text for a
+    client that accepts neither JSON nor anything.  A HEAD request gets the
+    status and headers only."""
     status_line = f"{error.status} {error.title}"
-    detail = error.detail()
-    if _wants_html(accept):
-        body = (f"<html><head><title>{error.status} {html.escape(error.title)}</title></head>"
-                f"<body><h1>{error.status} {html.escape(error.title)}</h1>"
-                f"{html.escape(detail)}</body></html>").encode()
+    if head:
+        return status_line, [("Content-Type", "text/html; charset=UTF-8"), ("Content-Length", "0")] + \
+            list(error.headers.items()), b""
+    explanation = error.explanation
+    if explanation is None:
+        explanation = EXPLANATIONS.get(error.status, "")
+    kind = error_format(accept)
+    if kind == "html":
+        body = _html(status_line, explanation, error.message)
         content_type = "text/html; charset=UTF-8"
+    elif kind == "plain":
+        body = f"{status_line}\n\n{error.detail()}".encode()
+        content_type = "text/plain; charset=UTF-8"
     else:
-        entry = {"status": error.status, "title": error.title, "detail": detail,
+        entry = {"status": error.status, "title": error.title, "detail": error.detail(),
                  "request_id": request_id}
         if version is not None and version >= (1, 23):
             entry["code"] = error.code
+        if error.negotiation:
+            from allotment.api.microversion import MAX_VERSION, MIN_VERSION
+
+            entry["max_version"] = str(MAX_VERSION)
+            entry["min_version"] = str(MIN_VERSION)
         body = orjson.dumps({"errors": [entry]})
         content_type = "application/json"
     headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
+import math
 import re
 import uuid as uuidlib
 from typing import TYPE_CHECKING, Any
@@ -94,13 +95,35 @@ def _validator(schema: dict):
     return validator
 
 
+def _best_error(validator, data: Any):
+    """The error Placement reports when a document breaks several rules:
+    jsonschema's ``best_match`` (the shallowest, most relevant), not the
+    first one met (which depends on the order of the schema's keys)."""
+    return jsonschema.exceptions.best_match(validator.iter_errors(data))
+
+
 def validate(data: Any, schema: dict) -> Any:
     """Validate decoded JSON; 400 ``JSON does not validate: ...`` on failure."""
-    try:
-        _validator(schema).validate(data)
-    except jsonschema.ValidationError as error:
-        raise HTTPError(400, f"JSON does not validate: {error}") from None
+    error = _best_error(_validator(schema), data)
+    if error is not None:
+        raise HTTPError(400, f"JSON does not validate: {error}")
+    bad = _non_finite(data)
+    if bad is not None:
+        # NaN and Infinity pass a "number" schema without a bound; no
+        # quantity or ratio can be one (Placement fails on them with a 500).
+        raise HTTPError(400, f"JSON does not validate: {bad} is not a finite number")
     return data
+
+
+def _non_finite(data: Any) -> float | None:
+    if isinstance(data, float):
+        return data if not math.isfinite(data) else None
+    values = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    for value in values:
+        found = _non_finite(value)
+        if found is not None:
+            return found
+    return None
 
 
 _NUL_MESSAGE = "%r contains U+0000 (NUL), which no text in a request may contain"
@@ -109,24 +132,54 @@ _LONG_INTEGER = re.compile(rb"[0-9]{20}")
 
 
 def decode_json(body: bytes) -> Any:
-    """Decode a JSON body exactly: 400 ``Malformed JSON`` if it is not JSON.
+    """Decode a JSON body as Placement does: 400 ``Malformed JSON`` if it is not JSON.
 
-    orjson reads integers beyond 64 bits as floats, which would then be
-    refused as "not of type 'integer'" although the client sent one; such
-    (rare) bodies are read with the standard library instead, which keeps
-    every integer exact (orjson has already refused whatever is not strict
-    JSON, lone surrogates included).  Strings holding U+0000 are
-    refused: PostgreSQL cannot store them, so no backend accepts them.
+    orjson reads strict JSON fast.  What it refuses is read again with the
+    standard library, which is what Placement answers with: its error
+    messages ("Expecting property name enclosed in double quotes: ..."),
+    a body that is not UTF-8, and the constants NaN, Infinity and
+    -Infinity, which Python's JSON accepts (the schemas then refuse them
+    where a string or an integer is due).  A lone surrogate (invalid
+    Unicode no database can store) stays refused.  orjson reads integers
+    beyond 64 bits as floats, which would then be refused as "not of type
+    'integer'" although the client sent one; such (rare) bodies are read
+    with the standard library too, which keeps every integer exact.
+    Strings holding U+0000 are refused: PostgreSQL cannot store them, so
+    no backend accepts them.
     """
     try:
         data = orjson.loads(body)
         if _LONG_INTEGER.search(body):
             data = json.loads(body)
     except ValueError as error:  # orjson.JSONDecodeError is one
-        raise HTTPError(400, f"Malformed JSON: {error}") from None
+        data = _decode_lenient(body, error)
     if b"\\u0000" in body:
         _refuse_nul(data)
     return data
+
+
+def _decode_lenient(body: bytes, strict_error: ValueError) -> Any:
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are
+        raise HTTPError(400, f"Malformed JSON: {error}") from None
+    if _has_lone_surrogate(data):
+        raise HTTPError(400, f"Malformed JSON: {strict_error}") from None
+    return data
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(data, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in data.items())
+    if isinstance(data, list):
+        return any(_has_lone_surrogate(v) for v in data)
+    return False
 
 
 def _refuse_nul(data: Any) -> None:
@@ -168,16 +221,19 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     Failures are 400 ``Invalid query string parameters: ...`` with
     python-jsonschema's message, which clients match on, as for bodies.
     """
-    params = dict(req.GET)
     if schema is ROUTE_SCHEMA:
         schema = schema_at(req.endpoint.query, req.version)
-    if schema is None:
-        return params
-    try:
-        _validator(schema).validate(params)
-    except jsonschema.ValidationError as error:
-        raise HTTPError(400, f"Invalid query string parameters: {error}") from None
-    return params
+    if schema is not None:
+        # The schema first, as Placement: an unknown or missing parameter
+        # is reported before a NUL in some value (req.GET refuses those).
+        try:
+            raw = dict(webob.Request.GET.fget(req))
+        except UnicodeDecodeError:
+            raw = None  # req.GET below answers it
+        error = _best_error(_validator(schema), raw) if raw is not None else None
+        if error is not None:
+            raise HTTPError(400, f"Invalid query string parameters: {error}")
+    return dict(req.GET)
 
 
 def http_date(moment: datetime.datetime | None) -> str:

@@ -7,7 +7,6 @@ whole history sits in one place.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 SERVICE_TYPE = "placement"
@@ -69,9 +68,6 @@ VERSIONS: dict[str, str] = {
 MIN_VERSION = Version(1, 0)
 MAX_VERSION = Version(*map(int, max(VERSIONS, key=lambda v: tuple(map(int, v.split(".")))).split(".")))
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
-
-
 class InvalidVersion(ValueError):
     """The header is malformed (400)."""
 
@@ -81,28 +77,47 @@ class UnacceptableVersion(ValueError):
 
 
 def _placement_value(header_value: str) -> str | None:
-    """The placement entry of ``OpenStack-API-Version`` (it may list several services)."""
-    for part in header_value.split(","):
+    """The placement entry of ``OpenStack-API-Version``.
+
+    The header may list several services, comma-separated; as Placement,
+    the last placement entry wins and entries that are not "SERVICE
+    VERSION" are ignored.
+    """
+    for part in reversed(header_value.split(",")):
         bits = part.strip().split(None, 1)
         if len(bits) == 2 and bits[0].lower() == SERVICE_TYPE:
             return bits[1].strip()
     return None
 
 
+def _parse_request_version(value: str) -> Version:
+    """``MAJOR.MINOR`` read as Placement reads it: each side with Python's
+    ``int`` (so ``1.05`` is 1.5 and ``-1.2`` is well formed); anything else
+    is malformed, with the reason in the message clients see."""
+    parts = value.split(".", 1)
+    try:
+        numbers = [int(part) for part in parts]
+    except ValueError as error:
+        raise InvalidVersion(f"invalid version string: {value}; {error}") from None
+    if len(numbers) == 1:
+        raise InvalidVersion(f"invalid version string: {value}; "
+                             "Version.__new__() missing 1 required positional argument: 'minor'")
+    return Version(*numbers)
+
+
 def negotiate(header_value: str | None) -> Version:
-    """The version a request asked for; the minimum when it asked for none."""
-    if not header_value:
+    """The version a request asked for; the minimum when it asked for none.
+
+    Malformed: ``InvalidVersion`` (400); well formed but not one we serve
+    (``1.99``, ``-1.2``, ``0.9``): ``UnacceptableVersion`` (406).
+    """
+    value = _placement_value(header_value) if header_value else None
+    if not value:
         return MIN_VERSION
-    value = _placement_value(header_value)
-    if value is None:
-        return MIN_VERSION
-    if value.lower() == "latest":
+    if value == "latest":
         return MAX_VERSION
-    match = _VERSION_RE.match(value)
-    if not match:
-        raise InvalidVersion(f"invalid version string: {value}")
-    version = Version(int(match.group(1)), int(match.group(2)))
-    if not (MIN_VERSION <= version <= MAX_VERSION):
+    version = _parse_request_version(value)
+    if not (version.major == MAX_VERSION.major and MIN_VERSION <= version <= MAX_VERSION):
         raise UnacceptableVersion(f"Unacceptable version header: {value}")
     return version
 

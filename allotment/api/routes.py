@@ -39,6 +39,7 @@ class Endpoint:
     # applies at a version wins; several statuses may share one version.
     answers: tuple[tuple[Version, int, bool], ...] = ()
     versioned: bool = True       # the OpenStack-API-Version header matters to it
+    checks_accept: bool = True   # 406 unless Accept allows JSON (Placement's root document does not check)
 
     def answers_at(self, version: tuple[int, int]) -> list[tuple[int, bool]]:
         """The success statuses at ``version`` (with whether they carry JSON)."""
@@ -51,7 +52,8 @@ class Endpoint:
 
 def E(handler: str, policy: str | None, since: str = "1.0", *, body: str | None = None,
       json_required: bool | None = None, query: str | None = None, ok: str = "200 json",
-      produces_json: bool = True, too_old: int = 404, versioned: bool = True) -> Endpoint:
+      produces_json: bool = True, too_old: int = 404, versioned: bool = True,
+      checks_accept: bool = True) -> Endpoint:
     """An endpoint.  ``ok`` lists the success statuses: ``"201"``, ``"200 json"``,
     ``"1.0: 201; 1.20: 200 json"``, ``"201, 204"``.  A body schema implies
     that the body must be JSON unless ``json_required`` says otherwise (a
@@ -65,7 +67,7 @@ def E(handler: str, policy: str | None, since: str = "1.0", *, body: str | None 
             answers.append((step_since, int(code), kind == "json"))
     accepts_json = body is not None if json_required is None else json_required
     return Endpoint(handler, policy, parse(since), accepts_json, produces_json, too_old, body, query,
-                    tuple(answers), versioned)
+                    tuple(answers), versioned, checks_accept)
 
 
 def resolve(reference: str):
@@ -116,7 +118,7 @@ INV = RP + ":inventories"
 # path template -> {method: Endpoint}
 ROUTES: dict[str, dict[str, Endpoint]] = {
     "/": {
-        "GET": E("root:home", None),
+        "GET": E("root:home", None, checks_accept=False),
     },
     "/resource_providers": {
         "GET": E("resource_providers:list_resource_providers", RP + ":list",
@@ -125,10 +127,11 @@ ROUTES: dict[str, dict[str, Endpoint]] = {
                   body="resource_providers:CREATE_BODY", ok="1.0: 201; 1.20: 200 json"),
     },
     "/resource_providers/{uuid}": {
+        # Methods in the order a 405's Allow header lists them, as Placement's.
         "GET": E("resource_providers:get_resource_provider", RP + ":show"),
+        "DELETE": E("resource_providers:delete_resource_provider", RP + ":delete", ok="204"),
         "PUT": E("resource_providers:update_resource_provider", RP + ":update",
                  body="resource_providers:UPDATE_BODY"),
-        "DELETE": E("resource_providers:delete_resource_provider", RP + ":delete", ok="204"),
     },
     "/resource_providers/{uuid}/inventories": {
         "GET": E("inventories:get_inventories", INV + ":list"),

@@ -31,6 +31,9 @@ def test_a_well_formed_error_passes():
     assert checks.problems(404, JSON, error(code=None), (1, 22)) == []
     assert checks.problems(406, JSON, error(406, code=None), None) == []
     assert checks.problems(200, {}, b"anything", (1, 39)) == []
+    noauth2 = orjson.dumps({"message": "This server could not verify ...", "code": "401 Unauthorized",
+                            "title": "Unauthorized"})
+    assert checks.problems(401, JSON, noauth2, None) == []
 
 
 @pytest.mark.parametrize("status, headers, body, version, fragment", [
@@ -43,6 +46,7 @@ def test_a_well_formed_error_passes():
     (404, JSON, error(request_id="req-other"), None, "not the header's"),
     (404, JSON, error(code=None), (1, 23), "no error code"),
     (404, JSON, error(title=None), None, "title missing"),
+    (404, JSON, b'{"message": "m", "code": "401 Unauthorized", "title": "Unauthorized"}', None, "error format"),
 ])
 def test_a_malformed_or_server_error_is_caught(status, headers, body, version, fragment):
     found = checks.problems(status, headers, body, version)

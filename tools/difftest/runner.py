@@ -1,0 +1,504 @@
+"""Send one stream to two servers, compare the answers, shrink divergences."""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from generator import Generator, Profile
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE = Path(os.environ.get("ALLOTMENT_REFERENCE_SERVE", REPO.parent / "shared" / "reference" / "serve"))
+PORTS = range(22000, 23000)
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Headers compared by value (names compared case-insensitively); Last-Modified by presence only.
+COMPARED_HEADERS = ("content-type", "location", "allow", "openstack-api-version", "vary",
+                    "cache-control", "www-authenticate")
+
+
+class StartError(RuntimeError):
+    """A server could not be started."""
+
+
+def _free_port(taken: set[int]) -> int:
+    # Random order: parallel runs on one machine rarely pick the same port.
+    ports = list(PORTS)
+    random.SystemRandom().shuffle(ports)
+    for port in ports:
+        if port in taken:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise StartError("no free port in 22000-22999")
+
+
+_TAKEN: set[int] = set()
+
+
+class Server:
+    """A server in its own process group on a fresh SQLite file."""
+
+    def __init__(self, kind: str, workdir: Path):
+        self.kind = kind
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
+        self.port = _free_port(_TAKEN)
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = self.dir / "placement.conf"
+        config.write_text(textwrap.dedent(f"""\
+            [placement_database]
+            connection = sqlite:///{self.dir}/placement.sqlite
+            [api]
+            auth_strategy = noauth2
+            """))
+        if kind == "ours":
+            allotment = Path(sys.executable).parent / "allotment"
+            command = [str(allotment) if allotment.exists() else "allotment", "serve", "--config-file",
+                       str(config), "--port", str(self.port), "--workers", "1"]
+        else:
+            if not REFERENCE.exists():
+                raise StartError(f"no reference server at {REFERENCE}")
+            command = [str(REFERENCE), "--config-file", str(config), "--port", str(self.port), "--workers", "1"]
+        self.log = open(self.dir / "server.log", "wb")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + (600 if kind == "reference" else 60)  # first use builds a venv
+        while True:
+            if self.process.poll() is not None:
+                self.stop()
+                raise StartError(f"{kind} server exited: {(self.dir / 'server.log').read_text(errors='replace')[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+                time.sleep(0.3)
+                if self.process.poll() is None:  # ours answering, not someone else's
+                    break
+                continue
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise StartError(f"{kind} server did not start")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+        _TAKEN.discard(self.port)
+
+
+class Client:
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname, parts.port or 80
+        self.conn: http.client.HTTPConnection | None = None
+
+    def send(self, request: dict, translate=None) -> dict:
+        path, body = request["path"], request["body"]
+        if translate:
+            path = translate(path)
+            if body is not None:
+                body = translate(body.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+        for attempt in range(3):
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+                self.conn.putrequest(request["method"], path, skip_accept_encoding=True)
+                headers = dict(request["headers"])
+                if body is not None:
+                    headers["Content-Length"] = str(len(body))
+                for name, value in headers.items():
+                    self.conn.putheader(name, value)
+                self.conn.endheaders(body)
+                response = self.conn.getresponse()
+                data = response.read()
+                answer = {"status": response.status, "headers": {k.lower(): v for k, v in response.getheaders()},
+                          "body": data}
+                if response.will_close:
+                    self.close()
+                return answer
+            except (OSError, http.client.HTTPException):
+                self.close()
+                if attempt == 2:
+                    raise
+                time.sleep(0.2)
+        raise AssertionError("unreachable")
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def decode(answer: dict):
+    try:
+        return json.loads(answer["body"]) if answer["body"] else None
+    except ValueError:
+        return None
+
+
+# -- normalisation ---------------------------------------------------------------
+def _sorted(value):
+    if isinstance(value, dict):
+        return {k: _sorted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_sorted(v) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    return value
+
+
+_QUOTED_LIST = re.compile(r"'([A-Za-z0-9_-]+(?:, [A-Za-z0-9_-]+)+)'")
+
+
+def _detail(text: str) -> str:
+    # jsonschema's messages embed the schema; Placement leaves that dump undefined
+    # (it is the schema's repr), so compare up to it.
+    text = text.split("Failed validating")[0]
+    # Lists of providers or classes in a message come from a set: their order is undefined.
+    text = _QUOTED_LIST.sub(lambda m: "'" + ", ".join(sorted(m.group(1).split(", "))) + "'", text)
+    text = re.sub(r"req-[0-9a-f-]{36}", "req-ID", text)
+    return " ".join(text.split())
+
+
+def normalise(request: dict, answer: dict) -> dict:
+    body = decode(answer)
+    if isinstance(body, dict) and "errors" in body and isinstance(body["errors"], list):
+        for error in body["errors"]:
+            if isinstance(error, dict):
+                error.pop("request_id", None)
+                if isinstance(error.get("detail"), str):
+                    error["detail"] = _detail(error["detail"])
+                    if request["path"] == "/resource_providers" and "uuid" not in (request.get("json") or {}):
+                        # The uuid the server would have given the provider.
+                        error["detail"] = UUID_RE.sub("{generated uuid}", error["detail"])
+    if isinstance(body, dict) and "limit=" in request["path"] and "allocation_requests" in body:
+        body = {"allocation_requests (count)": len(body["allocation_requests"])}
+    if body is None and answer["body"]:
+        body = _detail(answer["body"].decode("utf-8", "replace"))
+    headers = {}
+    for name in COMPARED_HEADERS:
+        if name in answer["headers"]:
+            value = answer["headers"][name]
+            if name == "location":
+                value = urlsplit(value).path
+            if name == "vary":
+                value = value.lower()
+            headers[name] = value
+    headers["last-modified (present)"] = "last-modified" in answer["headers"]
+    return {"status": answer["status"], "headers": headers, "body": _sorted(body)}
+
+
+def route_template(path: str) -> str:
+    path = path.split("?")[0]
+    path = UUID_RE.sub("{uuid}", path)
+    parts = path.split("/")
+    if len(parts) >= 5 and parts[1] == "resource_providers" and parts[3] == "inventories":
+        parts[4] = "{resource_class}"
+    if len(parts) == 3 and parts[1] in ("resource_classes", "traits"):
+        parts[2] = "{name}"
+    return "/".join(parts)
+
+
+class Pair:
+    """The two servers (started fresh, or given by URL) and the uuid mapping between them."""
+
+    def __init__(self, workdir: Path, ours_url: str | None = None, ref_url: str | None = None):
+        self.servers: list[Server] = []
+        try:
+            if ref_url is None:
+                server = Server("reference", workdir)
+                self.servers.append(server)
+                ref_url = server.url
+            if ours_url is None:
+                server = Server("ours", workdir)
+                self.servers.append(server)
+                ours_url = server.url
+        except BaseException:
+            self.stop()
+            raise
+        self.ref, self.ours = Client(ref_url), Client(ours_url)
+        self.to_ours: dict[str, str] = {}
+        self.to_ref: dict[str, str] = {}
+
+    def translate(self, mapping):
+        def apply(text: str) -> str:
+            if not mapping:
+                return text
+            return UUID_RE.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
+        return apply
+
+    def exchange(self, request: dict) -> tuple[dict, dict]:
+        """One request to both servers; the answers, ours with our uuids mapped back."""
+        ref = self.ref.send(request)
+        ours = self.ours.send(request, self.translate(self.to_ours))
+        # Server-generated uuids (a provider created without one) are mapped by creation.
+        if request["method"] == "POST" and request["path"] == "/resource_providers":
+            a, b = ref["headers"].get("location"), ours["headers"].get("location")
+            if a and b:
+                a, b = a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]
+                if a != b:
+                    self.to_ours[a], self.to_ref[b] = b, a
+        if self.to_ref:
+            back = self.translate(self.to_ref)
+            ours["body"] = back(ours["body"].decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            for name in ("location",):
+                if name in ours["headers"]:
+                    ours["headers"][name] = back(ours["headers"][name])
+        return ref, ours
+
+    def check_limited(self, request: dict, ours: dict) -> str | None:
+        """Candidates returned under ``limit`` must be among the unlimited answer's."""
+        split = urlsplit(request["path"])
+        query = [(k, v) for k, v in parse_qsl(split.query) if k != "limit"]
+        full = dict(request, path=split.path + "?" + urlencode(query))
+        answer = self.ref.send(full)
+        body_full, body_ours = decode(answer), decode(ours)
+        if not (isinstance(body_full, dict) and isinstance(body_ours, dict)):
+            return None
+        known = {json.dumps(_sorted(c), sort_keys=True) for c in body_full.get("allocation_requests", [])}
+        for candidate in body_ours.get("allocation_requests", []):
+            if json.dumps(_sorted(candidate), sort_keys=True) not in known:
+                return f"candidate not in the unlimited answer: {candidate}"
+        return None
+
+    def stop(self) -> None:
+        for client in ("ref", "ours"):
+            if hasattr(self, client):
+                getattr(self, client).close()
+        for server in self.servers:
+            server.stop()
+
+
+def diverges(request: dict, ref: dict, ours: dict, pair: Pair | None = None) -> str | None:
+    a, b = normalise(request, ref), normalise(request, ours)
+    if "IntegrityError" in json.dumps(a["body"]):
+        # Placement leaks the database's own error (SQL, parameters, a
+        # timestamp) in this text: undefined, so only its start is compared.
+        for side in (a, b):
+            for error in side["body"].get("errors", []):
+                error["detail"] = error["detail"].split(":")[0]
+    if a != b:
+        return "answers differ"
+    if pair is not None and "limit=" in request["path"] and ref["status"] == 200:
+        return pair.check_limited(request, ours)
+    return None
+
+
+# -- running, shrinking and printing -------------------------------------------------------
+class Run:
+    def __init__(self, workdir: Path, *, ours_url=None, ref_url=None):
+        self.workdir = workdir
+        self.ours_url, self.ref_url = ours_url, ref_url
+
+    def generate_and_run(self, seed: int, count: int, versions, profile: Profile):
+        """Generate a stream against the live pair; returns (stream, divergent indexes, answers)."""
+        generator = Generator(seed, versions, profile)
+        pair = Pair(self.workdir, self.ours_url, self.ref_url)
+        stream, divergent, answers = [], [], []
+        try:
+            for index in range(count):
+                request = generator.next()
+                ref, ours = pair.exchange(request)
+                stream.append(request)
+                answers.append((ref, ours))
+                generator.model.observe(request, ref["status"], ref["headers"], decode(ref))
+                if diverges(request, ref, ours, pair):
+                    divergent.append(index)
+        finally:
+            pair.stop()
+        return stream, divergent, answers
+
+    def replay(self, stream: list[dict]) -> tuple[dict, dict, str | None]:
+        pair = Pair(self.workdir)
+        try:
+            for request in stream[:-1]:
+                pair.exchange(request)
+            ref, ours = pair.exchange(stream[-1])
+            return ref, ours, diverges(stream[-1], ref, ours, pair)
+        finally:
+            pair.stop()
+
+    def shrink(self, stream: list[dict], budget: int = 60) -> list[dict]:
+        """ddmin over the requests before the divergent (last) one."""
+        target, prefix = stream[-1], stream[:-1]
+        replays = 0
+
+        def fails(candidate):
+            nonlocal replays
+            replays += 1
+            return self.replay(candidate + [target])[2] is not None
+
+        if fails([]):
+            return [target]
+        related = _related(prefix, target)
+        if len(related) < len(prefix) and fails(related):
+            prefix = related
+        n = 2
+        while len(prefix) >= 2 and replays < budget:
+            size = len(prefix) // n
+            chunks = [prefix[i:i + size] for i in range(0, len(prefix), size)] if size else [prefix]
+            reduced = False
+            for i in range(len(chunks)):
+                complement = [r for j, c in enumerate(chunks) if j != i for r in c]
+                if replays >= budget:
+                    break
+                if fails(complement):
+                    prefix, n, reduced = complement, max(n - 1, 2), True
+                    break
+            if not reduced:
+                if n >= len(prefix):
+                    break
+                n = min(len(prefix), n * 2)
+        if len(prefix) == 1 and replays < budget and fails([]):
+            prefix = []
+        return prefix + [target]
+
+
+def _tokens(request: dict) -> set[str]:
+    text = request["path"] + (request["body"] or b"").decode("utf-8", "replace")
+    return set(UUID_RE.findall(text)) | set(re.findall(r"CUSTOM_[A-Z0-9_]+", text))
+
+
+def _related(prefix: list[dict], target: dict) -> list[dict]:
+    """The requests linked to ``target`` through the uuids and custom names
+    they share, transitively: usually a far shorter stream to start from."""
+    wanted = _tokens(target)
+    keep = [False] * len(prefix)
+    changed = True
+    while changed:
+        changed = False
+        for index in range(len(prefix) - 1, -1, -1):
+            if not keep[index] and _tokens(prefix[index]) & wanted:
+                keep[index] = True
+                wanted |= _tokens(prefix[index])
+                changed = True
+    return [request for request, kept in zip(prefix, keep) if kept]
+
+
+def curl(request: dict) -> str:
+    parts = [f"curl -X {request['method']}"]
+    for name, value in request["headers"].items():
+        parts.append(f"-H '{name}: {value}'")
+    if request["body"] is not None:
+        parts.append("--data-binary " + repr(request["body"].decode("utf-8", "backslashreplace")))
+    parts.append(f"$URL{request['path']}")
+    return " ".join(parts)
+
+
+def show(answer: dict) -> str:
+    headers = {k: v for k, v in answer["headers"].items() if k in COMPARED_HEADERS or k == "last-modified"}
+    body = answer["body"].decode("utf-8", "replace")
+    body = re.sub(r"req-[0-9a-f-]{36}", "req-ID", body)
+    return f"{answer['status']} {json.dumps(headers)}\n      {body[:1500]}"
+
+
+def group(request: dict, ref: dict, ours: dict) -> tuple[str, str, str]:
+    return (request["method"], route_template(request["path"]), f"{ref['status']}/{ours['status']}")
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tools/difftest", description=__doc__)
+    parser.add_argument("--seed", default="1", help="a seed or a range: 7, 1..5 (default 1)")
+    parser.add_argument("--requests", type=int, default=500, help="requests per seed (default 500)")
+    parser.add_argument("--microversion", default="1.0-1.39", help="range of microversions, e.g. 1.14-1.39")
+    parser.add_argument("--keep", metavar="DIR", help="keep the servers' directories (logs, databases) in DIR")
+    parser.add_argument("--ours-url", help="an already running Allotment (no shrinking then)")
+    parser.add_argument("--ref-url", help="an already running reference (no shrinking then)")
+    parser.add_argument("--shrink", type=int, default=3, metavar="N",
+                        help="shrink the first N divergences to minimal repros (default 3; 0: none)")
+    parser.add_argument("--shrink-budget", type=int, default=60, help="replays per shrink (default 60)")
+    parser.add_argument("--suite-profile", action="store_true",
+                        help="leave out request shapes with known divergences fixed elsewhere (as the test suite)")
+    args = parser.parse_args(argv)
+    # A TERM (a timeout, a CI cancel) unwinds normally, so the servers are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    outcome = run(args)
+    return 1 if outcome["divergences"] else 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    if ".." in text:
+        low, high = text.split("..")
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def parse_versions(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    high = high or low
+    return int(low.split(".")[1]), int(high.split(".")[1])
+
+
+def run(args, out=print) -> dict:
+    seeds = parse_seeds(str(args.seed))
+    versions = parse_versions(args.microversion)
+    profile = Profile(suite=args.suite_profile)
+    workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="allotment-difftest-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    runner = Run(workdir, ours_url=args.ours_url, ref_url=args.ref_url)
+    groups: collections.Counter = collections.Counter()
+    total, examples, shrunk = 0, {}, 0
+    started = time.monotonic()
+    try:
+        for seed in seeds:
+            stream, divergent, answers = runner.generate_and_run(seed, args.requests, versions, profile)
+            total += len(stream)
+            if args.keep:
+                with open(workdir / f"stream-{seed}.txt", "w") as kept:
+                    for index, (request, (ref, ours)) in enumerate(zip(stream, answers)):
+                        kept.write(f"{index} {ref['status']}/{ours['status']} {curl(request)}\n")
+            out(f"seed {seed}: {len(stream)} requests, {len(divergent)} divergences")
+            for index in divergent:
+                key = group(stream[index], *answers[index])
+                groups[key] += 1
+                if key in examples:
+                    continue
+                examples[key] = (seed, index)
+                repro = stream[:index + 1]
+                can_shrink = not (args.ours_url or args.ref_url)
+                if can_shrink and shrunk < args.shrink:
+                    shrunk += 1
+                    repro = runner.shrink(repro, args.shrink_budget)
+                    ref, ours, still = runner.replay(repro)
+                else:
+                    ref, ours = answers[index]
+                    repro = [stream[index]]
+                out(f"\n--- divergence {key[0]} {key[1]} {key[2]} (seed {seed}, request {index}); "
+                    f"repro in {len(repro)} requests:")
+                for request in repro:
+                    out("  " + curl(request))
+                out(f"  reference: {show(ref)}\n  allotment: {show(ours)}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    out(f"\ndifftest: {total} requests, seeds {args.seed}, microversions {args.microversion}, "
+        f"{sum(groups.values())} divergences in {len(groups)} groups ({time.monotonic() - started:.0f} s)")
+    for (method, template, statuses), count in sorted(groups.items()):
+        out(f"  {count:5d}  {method} {template}  {statuses}")
+    return {"requests": total, "divergences": sum(groups.values()), "groups": groups}
