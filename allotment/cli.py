@@ -250,7 +250,7 @@ def _check_incomplete_data(db) -> tuple[bool, str]:
         missing.append(f"{consumers} consumers have allocations but no consumer record")
     if missing:
         return False, "; ".join(missing) + ": run 'allotment db online-data-migrations'"
-    return True, "every provider has its root and every consumer with allocations has a record"
+    return True, "every consumer with allocations has a consumer record and every provider its root"
 
 
 def configure_status(parser: argparse.ArgumentParser) -> None:

@@ -112,6 +112,7 @@ def sync(url: str, revision: str = "head") -> None:
 
 def write_conf(directory: str, url: str) -> str:
     """A placement.conf for the reference (noauth2) on ``url``; returns its path."""
+    os.makedirs(directory, exist_ok=True)
     conf_path = os.path.join(directory, "placement.conf")
     with open(conf_path, "w") as handle:
         handle.write(f"[DEFAULT]\n[api]\nauth_strategy = noauth2\n"
@@ -160,3 +161,80 @@ def _type_name(type_) -> str:
 def load_schema() -> dict:
     with open(SCHEMA_FILE) as handle:
         return json.load(handle)
+
+
+def free_port() -> int:
+    """A free local port: from ``ALLOTMENT_TEST_PORTS`` (``LOW-HIGH``) when set, else any."""
+    import socket
+
+    span = os.environ.get("ALLOTMENT_TEST_PORTS")
+    candidates = range(*(lambda low, high: (int(low), int(high) + 1))(*span.split("-"))) if span else [0]
+    import random
+
+    candidates = list(candidates)
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise RuntimeError("no free port")
+
+
+class Server:
+    """The reference's API (``shared/reference/serve``) on one database, stopped on exit."""
+
+    def __init__(self, url: str, directory: str, *, workers: int = 1):
+        import time
+
+        import requests
+
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        conf_path = write_conf(directory, url)
+        self._log = open(os.path.join(directory, "reference.log"), "wb")
+        self.process = subprocess.Popen(
+            [serve_script(), "--config-file", conf_path, "--port", str(self.port),
+             "--workers", str(workers)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self._log.close()
+                raise RuntimeError("the reference exited: " + open(self._log.name).read()[-3000:])
+            try:
+                if requests.get(self.base + "/", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("the reference did not answer in 90 s")
+
+    def get(self, path: str, version: str = "latest"):
+        import requests
+
+        return requests.get(self.base + path, timeout=30, headers={
+            "X-Auth-Token": "admin", "Accept": "application/json",
+            "OpenStack-API-Version": f"placement {version}"})
+
+    def stop(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
