@@ -187,32 +187,21 @@ class Server:
     """The reference's API (``shared/reference/serve``) on one database, stopped on exit."""
 
     def __init__(self, url: str, directory: str, *, workers: int = 1):
-        import time
+        from pathlib import Path
 
-        import requests
+        from tests.functional.test_server import LiveServer, clean_env
 
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        port = free_port()
         conf_path = write_conf(directory, url)
-        self._log = open(os.path.join(directory, "reference.log"), "wb")
-        self.process = subprocess.Popen(
-            [serve_script(), "--config-file", conf_path, "--port", str(self.port),
-             "--workers", str(workers)],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self._log.close()
-                raise RuntimeError("the reference exited: " + open(self._log.name).read()[-3000:])
-            try:
-                if requests.get(self.base + "/", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("the reference did not answer in 90 s")
+        self.live = LiveServer([serve_script(), "--config-file", conf_path, "--port", str(port),
+                                "--workers", str(workers)],
+                               port, Path(directory) / "reference.log", env=clean_env())
+        self.base = self.live.url
+        try:
+            self.live.wait_ready(timeout=90)
+        except BaseException:
+            self.live.stop()
+            raise
 
     def get(self, path: str, version: str = "latest"):
         import requests
@@ -222,16 +211,7 @@ class Server:
             "OpenStack-API-Version": f"placement {version}"})
 
     def stop(self) -> None:
-        import signal
-
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self._log.close()
+        self.live.stop()
 
     def __enter__(self):
         return self
