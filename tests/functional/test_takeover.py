@@ -320,33 +320,47 @@ def reference_answers(templates: Templates, revision: str, directory) -> dict:
 
 # -- the tests -----------------------------------------------------------------
 
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    from allotment import cli
+
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+#: The way back is the same from every revision once taken over: checked from
+#: the oldest (the most converted) and the newest.
+WAY_BACK = (reference.REVISIONS[0], reference.HEAD)
+
+
 @pytest.mark.parametrize("revision", reference.REVISIONS)
-def test_take_over_and_hand_back(revision, templates, tmp_path):
+def test_take_over_and_hand_back(revision, templates, tmp_path, capsys):
     theirs = reference_answers(templates, revision, tmp_path / "reference")
     url = templates.copy(revision)
     before = rows(url)
-    config = write_config(tmp_path / "etc", url)
+    config = str(write_config(tmp_path / "etc", url))
 
-    # Take-over.
-    sync = run_allotment("db", "sync", "--config-file", str(config))
+    # Take-over (the first command as an operator runs it: a process of its own).
+    sync = run_allotment("db", "sync", "--config-file", config)
     assert "Traceback" not in sync.stdout + sync.stderr
     if _is_before(revision, CONSUMERS_AT):
         assert sync.returncode == 1
         said = sync.stdout.strip().splitlines()
         assert len(said) == 1 and "allotment db online-data-migrations" in said[0], said
         assert rows(url) == before  # refused before changing anything
-        status = run_allotment("status", "--config-file", str(config))
-        assert status.returncode == 1 and "allotment db online-data-migrations" in status.stdout
-        migrated = run_allotment("db", "online-data-migrations", "--config-file", str(config))
-        assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-        assert "set_root_provider_ids: 1 found, 1 migrated" in migrated.stdout
-        assert "create_incomplete_consumers: 1 found, 1 migrated" in migrated.stdout
-        sync = run_allotment("db", "sync", "--config-file", str(config))
-    assert sync.returncode == 0, sync.stdout + sync.stderr
-    assert "Placement schema a082b8bb98d0" in sync.stdout
-    status = run_allotment("status", "--config-file", str(config))
-    assert status.returncode == 0, status.stdout
-    assert "verdict: ready" in status.stdout
+        code, out = run_cli(capsys, "status", "--config-file", config)
+        assert code == 1 and "allotment db online-data-migrations" in out, out
+        code, out = run_cli(capsys, "db", "online-data-migrations", "--config-file", config)
+        assert code == 0, out
+        assert "set_root_provider_ids: 1 found, 1 migrated" in out
+        assert "create_incomplete_consumers: 1 found, 1 migrated" in out
+        code, out = run_cli(capsys, "db", "sync", "--config-file", config)
+    else:
+        code, out = sync.returncode, sync.stdout + sync.stderr
+    assert code == 0, out
+    assert "Placement schema a082b8bb98d0" in out
+    code, out = run_cli(capsys, "status", "--config-file", config)
+    assert code == 0, out
+    assert "verdict: ready" in out
 
     # Every row kept (the online migrations fill in roots; nothing else changes).
     after = rows(url, columns={name: [key for key, _ in next(iter(found), ())]
@@ -387,6 +401,8 @@ def test_take_over_and_hand_back(revision, templates, tmp_path):
                 for r in [client.get(p, version=v)]}
     finally:
         app.db.dispose()
+    if revision not in WAY_BACK:
+        return
 
     # The way back: the reference's own sync accepts the database, and it
     # then answers what Allotment answered.
