@@ -133,6 +133,7 @@ def adopt(conn: Connection) -> str | None:
                              "nor Allotment's: not a layout Allotment knows")
     position = REVISIONS.index(revision)
     if position == len(REVISIONS) - 1:
+        _binary_collation(conn)
         return revision
     # The reference's two blocking revisions: check before changing anything.
     if position < REVISIONS.index("b5c396305c25"):
@@ -145,7 +146,29 @@ def adopt(conn: Connection) -> str | None:
         _set_revision(conn, "422ece571366")
     _drop_redundant_indexes(conn)
     _set_revision(conn, HEAD)
+    _binary_collation(conn)
     return revision
+
+
+def _binary_collation(conn: Connection) -> None:
+    """MySQL/MariaDB: compare names byte for byte, as Placement does.
+
+    A database created for Placement takes the server's default collation,
+    often case-insensitive (``utf8mb4_general_ci``), while Placement matches
+    trait and resource class names exactly (in its own caches): with the
+    default collation ``GET /traits/custom_gold`` would find ``CUSTOM_GOLD``.
+    The tables are converted to ``utf8mb4_bin``, as Allotment creates its
+    own; Placement is indifferent to the collation.  Converting rebuilds a
+    table, so this runs once, on the tables not converted yet.
+    """
+    if conn.dialect.name != "mysql":
+        return
+    pending = conn.execute(sa.text(
+        "SELECT DISTINCT table_name FROM information_schema.columns "
+        "WHERE table_schema = DATABASE() AND collation_name IS NOT NULL "
+        "AND collation_name <> 'utf8mb4_bin'")).scalars().all()
+    for table in sorted(set(pending) & set(tables.metadata.tables)):
+        conn.exec_driver_sql(f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
 
 
 def _add_consumer_types(conn: Connection) -> None:
