@@ -39,6 +39,23 @@ def venv() -> str | None:
     return None
 
 
+def ensure_venv() -> str | None:
+    """The venv, built first (by ``shared/reference/serve``, from PyPI) when missing under CI."""
+    if venv() is not None or os.environ.get("CI") != "true" or serve_script() is None:
+        return venv()
+    import fcntl
+
+    lock_path = os.path.join(os.path.expanduser("~"), ".allotment-reference-build.lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder among the test workers
+        if venv() is None:
+            # Without arguments the script builds its venv, then stops on the
+            # missing --config-file (exit 2).
+            subprocess.run([serve_script()], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=900)
+    return venv()
+
+
 def serve_script() -> str | None:
     for candidate in (os.environ.get("PLACEMENT_REFERENCE_SERVE"), SERVE,
                       "/work/shared/reference/serve"):

@@ -16,10 +16,11 @@ provider, an inventory, an allocation), ``placement-manage db sync`` runs
 on the database, and the reference serves it again: it must answer what
 Allotment answered.
 
-Each revision's database is built once per session and copied per test
+Without the reference's venv these tests skip; under CI it is built first
+(``shared/reference/serve`` installs it from PyPI), and its absence then
+fails them.  Each revision's database is built once per session and copied per test
 (SQLite: the file; PostgreSQL: ``CREATE DATABASE ... TEMPLATE``; MariaDB:
-each table's own DDL, then its rows).  Without the reference's venv these
-tests skip, except under CI, where they fail.
+each table's own DDL, then its rows).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from tests.functional.test_server import clean_env, run_allotment, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-if reference.venv() is None or reference.serve_script() is None:
+if reference.ensure_venv() is None or reference.serve_script() is None:
     if os.environ.get("CI") == "true":
         raise RuntimeError("the reference Placement's venv is needed for the take-over tests under CI: "
                            "run shared/reference/serve once to build it")
