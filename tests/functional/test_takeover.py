@@ -423,12 +423,50 @@ def test_take_over_and_hand_back(revision, templates, tmp_path, capsys):
     if revision not in WAY_BACK:
         return
 
-    # The way back: the reference's own sync accepts the database, and it
-    # then answers what Allotment answered.
-    back = reference.manage(reference.write_conf(str(tmp_path), url), "db", "sync")
+    assert_way_back(url, tmp_path, ours)
+
+
+def assert_way_back(url: str, directory, ours: dict) -> None:
+    """The reference's own sync accepts the database, and it then answers what Allotment answered."""
+    back = reference.manage(reference.write_conf(str(directory), url), "db", "sync")
     assert back.returncode == 0, back.stdout + back.stderr
-    with reference.Server(url, str(tmp_path)) as server:
-        again = {(v, p): _canonical(r.status_code, r.text) for v, p in asked
-                 for r in [server.get(p, v)]}
-    diff = differences(ours, again)
+    with reference.Server(url, str(directory)) as server:
+        theirs = {(v, p): _canonical(r.status_code, r.text) for v, p in ours
+                  for r in [server.get(p, v)]}
+    diff = differences(ours, theirs)
     assert not diff, "\n".join(diff)
+
+
+def test_way_back_from_a_database_allotment_created(tmp_path):
+    """Allotment from the start, then the reference: it accepts the schema and sees the writes."""
+    from allotment import service
+
+    url, drop = reference.scratch_database(BACKEND, "own", str(tmp_path))
+    try:
+        app = service.build_application(make_conf(url))
+        client = ApiClient(app)
+        try:
+            provider, consumer = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+            assert client.post("/resource_providers", json={"name": "own", "uuid": provider}).status == 200
+            assert client.put("/resource_classes/CUSTOM_OWN").status == 201
+            assert client.put(f"/resource_providers/{provider}/inventories", json={
+                "resource_provider_generation": 0,
+                "inventories": {"VCPU": {"total": 4}, "CUSTOM_OWN": {"total": 2}}}).status == 200
+            assert client.put("/traits/CUSTOM_OWN_TRAIT").status == 201
+            assert client.put(f"/resource_providers/{provider}/traits", json={
+                "resource_provider_generation": 1, "traits": ["CUSTOM_OWN_TRAIT"]}).status == 200
+            assert client.put(f"/allocations/{consumer}", json={
+                "allocations": {provider: {"resources": {"VCPU": 3, "CUSTOM_OWN": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": None,
+                "consumer_type": "INSTANCE"}).status == 204
+            asked = [("latest", "/resource_providers"), ("latest", f"/resource_providers/{provider}/usages"),
+                     ("latest", f"/resource_providers/{provider}/inventories"),
+                     ("latest", f"/resource_providers/{provider}/traits"),
+                     ("latest", f"/allocations/{consumer}"), ("1.9", "/usages?project_id=p"),
+                     ("latest", "/allocation_candidates?resources=VCPU:1,CUSTOM_OWN:1")]
+            ours = {(v, p): _canonical(r.status, r.text) for v, p in asked for r in [client.get(p, version=v)]}
+        finally:
+            app.db.dispose()
+        assert_way_back(url, tmp_path, ours)
+    finally:
+        drop()
