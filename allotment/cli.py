@@ -69,7 +69,11 @@ def run_serve(args) -> int:
         LOG.warning("serving noauth2 on non-loopback address %s: every caller can claim any identity",
                     args.host)
     metrics_dir = server.prepare_metrics(conf)  # before the application is built
-    app = service.build_application(conf)
+    try:
+        app = service.build_application(conf)
+    except _schema_errors() as error:
+        LOG.error("not serving: %s", _one_line(error))
+        return 1
     app.db.dispose()  # never share the migration's connections with forked workers
     workers = args.workers or max(2, os.cpu_count() or 1)
     server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,
@@ -108,27 +112,95 @@ def db_command(name: str, help_text: str,
     return register
 
 
+def _schema_errors() -> tuple[type[BaseException], ...]:
+    import sqlalchemy as sa
+
+    from allotment.db.migrate import SchemaNotReady
+
+    return (SchemaNotReady, sa.exc.SQLAlchemyError)
+
+
+def _one_line(error: BaseException) -> str:
+    from allotment.db.migrate import SchemaNotReady
+
+    if isinstance(error, SchemaNotReady):
+        return str(error)
+    orig = getattr(error, "orig", None)
+    text = str(orig if orig is not None else error).strip().splitlines()
+    return f"database error: {text[0] if text else type(error).__name__}"
+
+
 @db_command("sync", DB_COMMANDS_HELP["sync"])
 def _db_sync(args) -> int:
     from allotment import service
+    from allotment.db import migrate
 
     conf = _load(args)
     db = service.database_from_config(conf)
-    service.prepare_database(db)
-    from allotment.db import migrate
-
-    print(f"database at revision {migrate.current_revision(db.engine)}")
+    try:
+        service.prepare_database(db)
+        print(f"database at Placement schema {migrate.placement_revision(db.engine)}, "
+              f"Allotment revision {migrate.current_revision(db.engine)}")
+    except _schema_errors() as error:
+        print(f"allotment db sync: {_one_line(error)}")
+        return 1
     return 0
 
 
 @db_command("version", DB_COMMANDS_HELP["version"])
 def _db_version(args) -> int:
+    """Allotment's revision (``None`` before the first sync); Placement's on stderr."""
     from allotment import service
     from allotment.db import migrate
 
     conf = _load(args)
     db = service.database_from_config(conf)
-    print(migrate.current_revision(db.engine) or "None")
+    try:
+        print(migrate.current_revision(db.engine) or "None")
+        print(f"Placement schema revision: {migrate.placement_revision(db.engine) or 'None'}",
+              file=sys.stderr)
+    except _schema_errors() as error:
+        print(f"allotment db version: {_one_line(error)}")
+        return 1
+    return 0
+
+
+def _online_migration_arguments(parser: argparse.ArgumentParser) -> None:
+    from allotment.db import online_migrations
+
+    parser.add_argument("--max-count", type=int, default=None, metavar="N",
+                        help="migrate at most N records in this run (default: all, in batches of "
+                             f"{online_migrations.BATCH_SIZE})")
+
+
+@db_command("online-data-migrations",
+            "complete data older Placement left incomplete: provider roots, consumer records for "
+            "old allocations (safe while serving; resumable)",
+            _online_migration_arguments)
+def _db_online_data_migrations(args) -> int:
+    """Exit 1 while work remains, 0 when none does, as ``placement-manage`` reports it."""
+    from allotment import service
+    from allotment.db import online_migrations
+
+    if args.max_count is not None and args.max_count < 1:
+        print("--max-count must be a positive integer")
+        return 2
+    conf = _load(args)
+    db = service.database_from_config(conf)
+    owner = (conf.placement.incomplete_consumer_project_id, conf.placement.incomplete_consumer_user_id)
+    try:
+        report = online_migrations.run(db, owner, args.max_count)
+    except _schema_errors() as error:
+        print(f"allotment db online-data-migrations: {_one_line(error)}")
+        return 1
+    remaining = 0
+    for name, (found, done) in report.items():
+        print(f"{name}: {found} found, {done} migrated")
+        remaining += found - done
+    if remaining:
+        print(f"{remaining} records still need migrating: run the command again")
+        return 1
+    print("online data migrations complete")
     return 0
 
 
@@ -151,11 +223,34 @@ def status_check(func):
 def _check_schema(db) -> tuple[bool, str]:
     from allotment.db import migrate
 
-    current = migrate.current_revision(db.engine)
-    head = migrate.head_revision()
-    if current == head:
-        return True, f"database schema is at the latest revision ({head})"
-    return False, f"database schema is at {current}, latest is {head}: run 'allotment db sync'"
+    return migrate.status(db.engine)
+
+
+@status_check
+def _check_incomplete_data(db) -> tuple[bool, str]:
+    """Data that ``allotment db online-data-migrations`` completes (any Placement revision)."""
+    import sqlalchemy as sa
+
+    from allotment.db import reference_layout
+
+    try:
+        with db.read() as conn:
+            if reference_layout.state(conn) in ("empty", "unknown"):
+                return True, "no Placement data to check"
+            roots = reference_layout.providers_without_root(conn)
+            from allotment.db import online_migrations
+
+            consumers = online_migrations.count_incomplete_consumers(conn)
+    except sa.exc.DBAPIError as error:
+        return False, f"cannot check for incomplete data: {_one_line(error)}"
+    missing = []
+    if roots:
+        missing.append(f"{roots} resource providers have no root provider")
+    if consumers:
+        missing.append(f"{consumers} consumers have allocations but no consumer record")
+    if missing:
+        return False, "; ".join(missing) + ": run 'allotment db online-data-migrations'"
+    return True, "every consumer with allocations has a consumer record and every provider its root"
 
 
 def configure_status(parser: argparse.ArgumentParser) -> None:
@@ -175,7 +270,10 @@ def run_status(args) -> int:
         return 2
     worst = 0
     for check in STATUS_CHECKS:
-        ok, message = check(db)
+        try:
+            ok, message = check(db)
+        except _schema_errors() as error:
+            ok, message = False, _one_line(error)
         print(("OK: " if ok else "FAILURE: ") + message)
         worst = max(worst, 0 if ok else 1)
     print("verdict: " + ("ready" if worst == 0 else "action needed"))
@@ -191,8 +289,7 @@ COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     # Subcommands added by other modules register on import.
-    for module in ("allotment.db.online_migrations", "allotment.reshape_cli", "allotment.explain_cli",
-                   "allotment.openapi_cli"):
+    for module in ("allotment.reshape_cli", "allotment.explain_cli", "allotment.openapi_cli"):
         try:
             __import__(module)
         except ModuleNotFoundError as error:

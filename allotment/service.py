@@ -9,7 +9,10 @@ from oslo_config import cfg
 
 from allotment import config
 from allotment.db import migrate, standard_names
-from allotment.db.engine import Database
+from allotment.db.engine import Database, database_from_config
+
+__all__ = ["build_application", "database_from_config", "load_config", "prepare_database",
+           "setup_logging"]
 
 LOG = logging.getLogger(__name__)
 
@@ -34,20 +37,6 @@ def setup_logging(conf: cfg.ConfigOpts) -> None:
         root.addHandler(handler)
     root.setLevel(level)
     root._allotment_configured = True  # type: ignore[attr-defined]
-
-
-def database_from_config(conf: cfg.ConfigOpts) -> Database:
-    db_conf = conf.placement_database
-    url = db_conf.connection
-    if db_conf.connection_parameters:
-        url += ("&" if "?" in url else "?") + db_conf.connection_parameters
-    return Database(
-        url,
-        pool_size=db_conf.max_pool_size, max_overflow=db_conf.max_overflow,
-        pool_timeout=db_conf.pool_timeout, recycle=db_conf.connection_recycle_time,
-        sqlite_synchronous=db_conf.sqlite_synchronous, mysql_sql_mode=db_conf.mysql_sql_mode,
-        echo=db_conf.connection_debug >= 50,
-    )
 
 
 def prepare_database(db: Database) -> None:

@@ -2,12 +2,21 @@
 
 ``allotment.wsgi:application`` reads ``$OS_PLACEMENT_CONFIG_DIR/placement.conf``
 or ``/etc/placement/placement.conf``, as upstream's WSGI script does, and
-brings the schema to head before serving.
+brings the schema to head before serving.  While the database cannot be
+served (it is unreachable, or a Placement database waits for ``allotment db
+online-data-migrations``), every request gets a 503 in Placement's error
+format saying why, and the next request tries again.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import uuid
+
 from allotment import service
+
+LOG = logging.getLogger(__name__)
 
 
 def init_application():
@@ -17,13 +26,41 @@ def init_application():
 class _LazyApplication:
     """Build on first request, so importing this module has no side effects."""
 
-    def __init__(self):
+    def __init__(self, init=init_application):
         self._app = None
+        self._init = init
+        self._lock = threading.Lock()
 
     def __call__(self, environ, start_response):
         if self._app is None:
-            self._app = init_application()
+            try:
+                with self._lock:
+                    if self._app is None:
+                        self._app = self._init()
+            except Exception as error:  # noqa: BLE001 - answered as a 503, logged
+                return self._unavailable(error, environ, start_response)
         return self._app(environ, start_response)
+
+    @staticmethod
+    def _unavailable(error, environ, start_response):
+        import sqlalchemy as sa
+
+        from allotment.api import errors
+        from allotment.db.migrate import SchemaNotReady
+
+        if isinstance(error, SchemaNotReady):
+            reason = str(error)
+        elif isinstance(error, sa.exc.SQLAlchemyError):
+            orig = getattr(error, "orig", None) or error
+            reason = "database error: " + (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        else:
+            raise error
+        LOG.error("not serving yet: %s", reason)
+        status, headers, body = errors.render(
+            errors.HTTPError(503, f"The Placement database is not ready: {reason}"),
+            request_id=f"req-{uuid.uuid4()}", version=None, accept=environ.get("HTTP_ACCEPT"))
+        start_response(status, headers)
+        return [body]
 
 
 application = _LazyApplication()

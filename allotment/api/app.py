@@ -106,7 +106,7 @@ class Application:
 
         self.conf = conf
         if database is None:
-            from allotment.service import database_from_config
+            from allotment.db.engine import database_from_config
 
             database = database_from_config(conf)
         self.db = database

@@ -244,3 +244,18 @@ class Database:
             if self.on_retry is not None:
                 self.on_retry(reason)
             time.sleep(random.uniform(0.001, 0.02))
+
+
+def database_from_config(conf) -> Database:
+    """The database of ``[placement_database]`` in a loaded ``placement.conf``."""
+    db_conf = conf.placement_database
+    url = db_conf.connection
+    if db_conf.connection_parameters:
+        url += ("&" if "?" in url else "?") + db_conf.connection_parameters
+    return Database(
+        url,
+        pool_size=db_conf.max_pool_size, max_overflow=db_conf.max_overflow,
+        pool_timeout=db_conf.pool_timeout, recycle=db_conf.connection_recycle_time,
+        sqlite_synchronous=db_conf.sqlite_synchronous, mysql_sql_mode=db_conf.mysql_sql_mode,
+        echo=db_conf.connection_debug >= 50,
+    )

@@ -1,5 +1,10 @@
 """Schema migrations: ``allotment db sync`` / ``db version`` and start-up.
 
+Two histories: Placement's (``alembic_version``, the reference's revisions,
+brought to 16.0.0's by :mod:`allotment.db.reference_layout`) and then
+Allotment's own (``allotment_version``, the Alembic scripts under
+``migrations/``).  Both run in one migration transaction.
+
 Several API processes may start at once against one empty database; each
 runs the upgrade, and a loser of the race that finds the schema already at
 head afterwards carries on instead of failing.
@@ -20,6 +25,12 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
+from allotment.db import reference_layout
+from allotment.db.reference_layout import SchemaNotReady
+
+__all__ = ["SchemaNotReady", "current_revision", "head_revision", "placement_revision", "upgrade",
+           "status"]
+
 LOG = logging.getLogger(__name__)
 _HERE = os.path.join(os.path.dirname(__file__), "migrations")
 
@@ -36,9 +47,55 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
+VERSION_TABLE = "allotment_version"
+
+
 def current_revision(engine: Engine) -> str | None:
+    """Allotment's revision (``allotment_version``); None before the first sync."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}
+                                          ).get_current_revision()
+
+
+def placement_revision(engine: Engine) -> str | None:
+    """The revision in Placement's own ``alembic_version``."""
+    with engine.connect() as conn:
+        return reference_layout.placement_revision(conn)
+
+
+def is_current(engine: Engine) -> bool:
+    return (current_revision(engine) == head_revision()
+            and placement_revision(engine) == reference_layout.HEAD)
+
+
+def status(engine: Engine) -> tuple[bool, str]:
+    """Which schema is there and what must run next: (ready, one line)."""
+    head = head_revision()
+    ours = current_revision(engine)
+    with engine.connect() as conn:
+        theirs = reference_layout.placement_revision(conn)
+        found = reference_layout.state(conn)
+        if found == "empty":
+            return False, "the database is empty: run 'allotment db sync' to create the schema"
+        if found == "unknown":
+            return False, ("the database holds a schema Allotment does not know "
+                           f"(alembic_version {theirs!r}); it will not touch it")
+        if found == "legacy":
+            return False, (f"schema created by an earlier Allotment (revision {theirs}): "
+                           "run 'allotment db sync' to convert it to Placement 16.0.0's layout")
+        if theirs != reference_layout.HEAD:
+            pending = reference_layout.pending_online_migrations(conn)
+            if pending:
+                return False, f"Placement schema at revision {theirs} (older than 16.0.0): {pending}"
+            return False, (f"Placement schema at revision {theirs} (older than 16.0.0): "
+                           "run 'allotment db sync' to take it over")
+    if ours is None:
+        return False, (f"Placement 16.0.0 schema ({theirs}) not yet taken over by Allotment: "
+                       "run 'allotment db sync'")
+    if ours != head:
+        return False, (f"Placement schema {theirs}, Allotment revision {ours}, latest is {head}: "
+                       "run 'allotment db sync'")
+    return True, f"Placement schema {theirs} (16.0.0), Allotment revision {head} (latest)"
 
 
 # Held while migrating so that processes starting together take turns; the
@@ -80,16 +137,25 @@ def _migration_transaction(engine: Engine) -> Iterator[Connection]:
 
 
 def upgrade(engine: Engine) -> str:
-    """Bring the schema to head; returns the revision now in place."""
+    """Bring the schema to head; returns Allotment's revision now in place.
+
+    Raises :class:`SchemaNotReady` (one-line reason, nothing changed) for a
+    database that cannot be taken over yet or at all.
+    """
     head = head_revision()
-    if current_revision(engine) == head:
+    if is_current(engine):
         return head
     try:
         with _migration_transaction(engine) as conn:
+            adopted = reference_layout.adopt(conn)
+            if adopted is not None and adopted != reference_layout.HEAD:
+                LOG.info("Placement schema brought from %s to %s", adopted, reference_layout.HEAD)
             command.upgrade(_alembic_config(conn), "head")
+    except SchemaNotReady:
+        raise
     except Exception:
         # Another process may have migrated concurrently.
-        if current_revision(engine) == head:
+        if is_current(engine):
             LOG.info("schema was migrated concurrently by another process")
             return head
         raise

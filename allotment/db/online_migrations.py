@@ -1,4 +1,13 @@
-"""``allotment db online-data-migrations``: data fixes that run while the API serves.
+"""Online data migrations: data fixes that run while the API serves.
+
+``allotment db online-data-migrations`` (in ``allotment/cli.py``) runs them.
+
+``set_root_provider_ids``
+    Providers created before nested providers existed (Placement before
+    Queens' schema) may have no ``root_provider_id``.  Each gets its tree's
+    root: itself when it has no parent, else its parent's root.  The
+    reference refuses to upgrade past revision 611cd6dffd7b until none is
+    left, and so does Allotment's take-over.
 
 ``create_incomplete_consumers``
     Allocations written before consumer records existed (Placement before
@@ -8,16 +17,15 @@
     and their generation is undefined.  This migration gives each one a
     record owned by ``[placement] incomplete_consumer_project_id`` /
     ``incomplete_consumer_user_id``, at generation 0, as Placement's does.
+    The reference refuses to upgrade past revision b5c396305c25 until none
+    is left.
 
-The work goes in batches, each its own short transaction, so it can run
-beside live API processes and be interrupted at any point: what committed
-stays done and the next run starts from what is left.  A batch that races
-an API write creating the same consumer is simply re-run.  ``--max-count N``
-stops after N records; the exit code is 1 while work remains, 0 when none
-does, as ``placement-manage db online_data_migrations`` reports it.
-
-``allotment status`` includes a check that says whether this still needs
-to run.
+Both work on every schema revision of the reference (the oldest have no
+``consumer_types`` table yet: nothing here touches it).  The work goes in
+batches, each its own short transaction, so it can run beside live API
+processes and be interrupted at any point: what committed stays done and
+the next run starts from what is left.  A batch that races an API write
+creating the same consumer is simply re-run.
 """
 
 from __future__ import annotations
@@ -28,12 +36,12 @@ from typing import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment import cli
 from allotment.db import consumers, tables
 from allotment.db.engine import Database, utcnow
 
 ALLOC = tables.allocations
 CONSUMERS = tables.consumers
+PROVIDERS = tables.resource_providers
 BATCH_SIZE = 50
 
 
@@ -57,11 +65,12 @@ def create_incomplete_consumers(conn: Connection, limit: int, owner: tuple[str, 
     uuids = conn.execute(_orphans().order_by(ALLOC.c.consumer_id).limit(limit)).scalars().all()
     if not uuids:
         return 0
-    ids = consumers.ensure_owner(conn, *owner)
+    project_id = _external_id(conn, tables.projects, owner[0])
+    user_id = _external_id(conn, tables.users, owner[1])
     now = utcnow()
     try:
         conn.execute(sa.insert(CONSUMERS), [
-            {"uuid": uuid, "project_id": ids.project_id, "user_id": ids.user_id, "generation": 0,
+            {"uuid": uuid, "project_id": project_id, "user_id": user_id, "generation": 0,
              "created_at": now, "updated_at": now}
             for uuid in uuids
         ])
@@ -70,8 +79,47 @@ def create_incomplete_consumers(conn: Connection, limit: int, owner: tuple[str, 
     return len(uuids)
 
 
+def _external_id(conn: Connection, table: sa.Table, external_id: str) -> int:
+    """The id of a project or user, created when new (a concurrent creation is a race)."""
+    found = conn.execute(sa.select(table.c.id).where(table.c.external_id == external_id)).scalar()
+    if found is not None:
+        return found
+    now = utcnow()
+    try:
+        return conn.execute(sa.insert(table).values(external_id=external_id, created_at=now,
+                                                    updated_at=now)).inserted_primary_key[0]
+    except sa.exc.IntegrityError:
+        raise consumers.RecordRace(f"{table.name} {external_id}") from None
+
+
+def count_providers_without_root(conn: Connection) -> int:
+    return conn.execute(sa.select(sa.func.count()).select_from(PROVIDERS)
+                        .where(PROVIDERS.c.root_provider_id.is_(None))).scalar_one()
+
+
+def set_root_provider_ids(conn: Connection, limit: int, _owner: tuple[str, str]) -> int:
+    """Give up to ``limit`` providers whose root is known their root id; returns how many.
+
+    A provider without a parent is its own root; one whose parent's root is
+    known gets that.  Deeper providers are reached by later batches.
+    """
+    parent = PROVIDERS.alias("parent")
+    rows = conn.execute(
+        sa.select(PROVIDERS.c.id, PROVIDERS.c.parent_provider_id, parent.c.root_provider_id)
+        .select_from(PROVIDERS.outerjoin(parent, parent.c.id == PROVIDERS.c.parent_provider_id))
+        .where(PROVIDERS.c.root_provider_id.is_(None))
+        .where(sa.or_(PROVIDERS.c.parent_provider_id.is_(None), parent.c.root_provider_id.is_not(None)))
+        .order_by(PROVIDERS.c.id).limit(limit)).all()
+    for provider_id, parent_id, parent_root in rows:
+        root = provider_id if parent_id is None else parent_root
+        conn.execute(sa.update(PROVIDERS).where(PROVIDERS.c.id == provider_id)
+                     .where(PROVIDERS.c.root_provider_id.is_(None)).values(root_provider_id=root))
+    return len(rows)
+
+
 #: name -> (count what is left, migrate up to N): the migrations, in order.
 MIGRATIONS: dict[str, tuple[Callable[[Connection], int], Callable[[Connection, int, tuple[str, str]], int]]] = {
+    "set_root_provider_ids": (count_providers_without_root, set_root_provider_ids),
     "create_incomplete_consumers": (count_incomplete_consumers, create_incomplete_consumers),
 }
 
@@ -100,46 +148,3 @@ def run(db: Database, owner: tuple[str, str], max_count: int | None = None,
                 budget -= migrated
         report[name] = (found, done)
     return report
-
-
-def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-count", type=int, default=None, metavar="N",
-                        help="migrate at most N records in this run (default: all, in batches of "
-                             f"{BATCH_SIZE})")
-
-
-@cli.db_command("online-data-migrations",
-                "create consumer records missing for old allocations (safe while serving; resumable)",
-                _arguments)
-def _db_online_data_migrations(args) -> int:
-    from allotment import service
-
-    if args.max_count is not None and args.max_count < 1:
-        print("--max-count must be a positive integer")
-        return 2
-    conf = cli._load(args)
-    db = service.database_from_config(conf)
-    owner = (conf.placement.incomplete_consumer_project_id, conf.placement.incomplete_consumer_user_id)
-    report = run(db, owner, args.max_count)
-    remaining = 0
-    for name, (found, done) in report.items():
-        print(f"{name}: {found} found, {done} migrated")
-        remaining += found - done
-    if remaining:
-        print(f"{remaining} records still need migrating: run the command again")
-        return 1
-    print("online data migrations complete")
-    return 0
-
-
-@cli.status_check
-def _check_incomplete_consumers(db: Database) -> tuple[bool, str]:
-    try:
-        with db.read() as conn:
-            left = count_incomplete_consumers(conn)
-    except sa.exc.DBAPIError as error:
-        return False, f"cannot count consumers without records: {error.orig}"
-    if left:
-        return False, (f"{left} consumers have allocations but no consumer record: run "
-                       "'allotment db online-data-migrations'")
-    return True, "every consumer with allocations has a consumer record"

@@ -1,25 +1,24 @@
 """The placement schema as SQLAlchemy Core tables.
 
-The layout follows upstream Placement closely (an operator may inspect it,
-and the allocations table keys consumers by uuid so allocations written
-before consumer records existed remain readable), with the indexes every
-lookup path of the API needs.  Migrations in ``allotment/db/migrations``
-create exactly these tables; ``tests/unit/db/test_migrations.py`` checks the
-two never drift apart.
+The layout is Placement 16.0.0's (schema revision a082b8bb98d0), down to
+the names of indexes and unique constraints and which columns carry foreign
+keys, so that Allotment can take over a database the reference created and
+the reference can be started again on a database Allotment served (see
+``allotment/db/reference_layout.py``).  The allocations table keys consumers
+by uuid, so allocations written before consumer records existed remain
+readable.  ``tests/data/reference_schema.json`` holds the reference's layout
+as reflected from databases its own migrations built;
+``tests/unit/db/test_migrations.py`` and ``tests/functional/test_takeover.py``
+check that ours matches it on each backend.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-metadata = sa.MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
+# Names are given explicitly; foreign keys and primary keys stay unnamed so
+# that each backend names them as it did for the reference.
+metadata = sa.MetaData()
 
 
 def _timestamps() -> list[sa.Column]:
@@ -38,7 +37,7 @@ resource_classes = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("name", sa.String(255), nullable=False),
     *_timestamps(),
-    sa.UniqueConstraint("name"),
+    sa.UniqueConstraint("name", name="uniq_resource_classes0name"),
 )
 
 traits = sa.Table(
@@ -46,28 +45,30 @@ traits = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("name", sa.String(255), nullable=False),
     *_timestamps(),
-    sa.UniqueConstraint("name"),
+    sa.UniqueConstraint("name", name="uniq_traits0name"),
 )
 
 resource_providers = sa.Table(
     "resource_providers", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("uuid", sa.String(36), nullable=False),
-    sa.Column("name", sa.String(200), nullable=False),
-    sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("root_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"), nullable=True),
+    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("generation", sa.Integer, nullable=True, default=0),
+    # (This column order makes MySQL number the two foreign keys as it did
+    # for the reference.)
     sa.Column("parent_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"), nullable=True),
+    sa.Column("root_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"), nullable=True),
     *_timestamps(),
-    sa.UniqueConstraint("uuid"),
-    sa.UniqueConstraint("name"),
-    sa.Index("ix_resource_providers_root_provider_id", "root_provider_id"),
-    sa.Index("ix_resource_providers_parent_provider_id", "parent_provider_id"),
+    sa.UniqueConstraint("uuid", name="uniq_resource_providers0uuid"),
+    sa.UniqueConstraint("name", name="uniq_resource_providers0name"),
+    sa.Index("resource_providers_root_provider_id_idx", "root_provider_id"),
+    sa.Index("resource_providers_parent_provider_id_idx", "parent_provider_id"),
 )
 
 inventories = sa.Table(
     "inventories", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("resource_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"), nullable=False),
+    sa.Column("resource_provider_id", sa.Integer, nullable=False),
     sa.Column("resource_class_id", sa.Integer, nullable=False),
     sa.Column("total", sa.Integer, nullable=False),
     sa.Column("reserved", sa.Integer, nullable=False),
@@ -76,35 +77,36 @@ inventories = sa.Table(
     sa.Column("step_size", sa.Integer, nullable=False),
     sa.Column("allocation_ratio", sa.Float, nullable=False),
     *_timestamps(),
-    sa.UniqueConstraint("resource_provider_id", "resource_class_id"),
-    sa.Index("ix_inventories_resource_class_id", "resource_class_id"),
+    sa.UniqueConstraint("resource_provider_id", "resource_class_id",
+                        name="uniq_inventories0resource_provider_resource_class"),
+    sa.Index("inventories_resource_class_id_idx", "resource_class_id"),
 )
 
 placement_aggregates = sa.Table(
     "placement_aggregates", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("uuid", sa.String(36), nullable=False),
+    sa.Column("uuid", sa.String(36), nullable=True),
     *_timestamps(),
-    sa.UniqueConstraint("uuid"),
+    sa.UniqueConstraint("uuid", name="uniq_placement_aggregates0uuid"),
 )
 
 resource_provider_aggregates = sa.Table(
     "resource_provider_aggregates", metadata,
-    sa.Column("resource_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"),
-              primary_key=True),
-    sa.Column("aggregate_id", sa.Integer, sa.ForeignKey("placement_aggregates.id"),
-              primary_key=True),
+    sa.Column("resource_provider_id", sa.Integer, primary_key=True),
+    sa.Column("aggregate_id", sa.Integer, primary_key=True),
     *_timestamps(),
-    sa.Index("ix_resource_provider_aggregates_aggregate_id", "aggregate_id"),
+    sa.Index("resource_provider_aggregates_aggregate_id_idx", "aggregate_id"),
 )
 
 resource_provider_traits = sa.Table(
     "resource_provider_traits", metadata,
     sa.Column("resource_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"),
-              primary_key=True),
-    sa.Column("trait_id", sa.Integer, sa.ForeignKey("traits.id"), primary_key=True),
+              nullable=False),
+    sa.Column("trait_id", sa.Integer, sa.ForeignKey("traits.id"), nullable=False),
     *_timestamps(),
-    sa.Index("ix_resource_provider_traits_trait_id", "trait_id"),
+    sa.PrimaryKeyConstraint("trait_id", "resource_provider_id"),
+    sa.Index("resource_provider_traits_resource_provider_trait_idx",
+             "resource_provider_id", "trait_id"),
 )
 
 projects = sa.Table(
@@ -112,7 +114,7 @@ projects = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("external_id", sa.String(255), nullable=False),
     *_timestamps(),
-    sa.UniqueConstraint("external_id"),
+    sa.UniqueConstraint("external_id", name="uniq_projects0external_id"),
 )
 
 users = sa.Table(
@@ -120,7 +122,7 @@ users = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("external_id", sa.String(255), nullable=False),
     *_timestamps(),
-    sa.UniqueConstraint("external_id"),
+    sa.UniqueConstraint("external_id", name="uniq_users0external_id"),
 )
 
 consumer_types = sa.Table(
@@ -128,20 +130,24 @@ consumer_types = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("name", sa.String(255), nullable=False),
     *_timestamps(),
-    sa.UniqueConstraint("name"),
+    sa.UniqueConstraint("name", name="uniq_consumer_types0name"),
 )
 
 consumers = sa.Table(
     "consumers", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("uuid", sa.String(36), nullable=False),
-    sa.Column("project_id", sa.Integer, sa.ForeignKey("projects.id"), nullable=False),
-    sa.Column("user_id", sa.Integer, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("project_id", sa.Integer, nullable=False),
+    sa.Column("user_id", sa.Integer, nullable=False),
     sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("consumer_type_id", sa.Integer, sa.ForeignKey("consumer_types.id"), nullable=True),
+    sa.Column("consumer_type_id", sa.Integer,
+              sa.ForeignKey("consumer_types.id", name="consumers_consumer_type_id_fkey"),
+              nullable=True),
     *_timestamps(),
-    sa.UniqueConstraint("uuid"),
-    sa.Index("ix_consumers_project_id_user_id", "project_id", "user_id"),
+    sa.UniqueConstraint("uuid", name="uniq_consumers0uuid"),
+    sa.Index("consumers_project_id_user_id_uuid_idx", "project_id", "user_id", "uuid"),
+    sa.Index("consumers_project_id_uuid_idx", "project_id", "uuid"),
+    sa.Index("consumers_consumer_type_id_idx", "consumer_type_id"),
 )
 
 # consumer_id holds the consumer's uuid (not a foreign key), as upstream:
@@ -150,16 +156,15 @@ consumers = sa.Table(
 allocations = sa.Table(
     "allocations", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("resource_provider_id", sa.Integer, sa.ForeignKey("resource_providers.id"),
-              nullable=False),
+    sa.Column("resource_provider_id", sa.Integer, nullable=False),
     sa.Column("consumer_id", sa.String(36), nullable=False),
     sa.Column("resource_class_id", sa.Integer, nullable=False),
     sa.Column("used", sa.Integer, nullable=False),
     *_timestamps(),
-    sa.Index("ix_allocations_resource_provider_class_used",
+    sa.Index("allocations_resource_provider_class_used_idx",
              "resource_provider_id", "resource_class_id", "used"),
-    sa.Index("ix_allocations_consumer_id", "consumer_id"),
-    sa.Index("ix_allocations_resource_class_id", "resource_class_id"),
+    sa.Index("allocations_consumer_id_idx", "consumer_id"),
+    sa.Index("allocations_resource_class_id_idx", "resource_class_id"),
 )
 
 # MySQL/MariaDB: store full Unicode and compare names byte-for-byte, as the

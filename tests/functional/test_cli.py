@@ -80,7 +80,7 @@ def test_status_after_sync_is_ready(config):
     result = run_allotment("status", "--config-file", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAILURE" not in result.stdout
-    assert f"OK: database schema is at the latest revision ({HEAD})" in result.stdout
+    assert f"OK: Placement schema a082b8bb98d0 (16.0.0), Allotment revision {HEAD} (latest)" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "verdict: ready"
 
 

@@ -30,9 +30,13 @@ def empty_engine(tmp_path_factory):
 
 
 def _differences(engine) -> list:
+    def ours(name, type_, _parent):  # the version tables are no part of tables.py
+        return not (type_ == "table" and name in ("alembic_version", "allotment_version"))
+
     with engine.connect() as conn:
         context = MigrationContext.configure(
-            conn, opts={"compare_type": True, "compare_server_default": False})
+            conn, opts={"compare_type": True, "compare_server_default": False,
+                        "include_name": ours})
         return compare_metadata(context, tables.metadata)
 
 
@@ -47,7 +51,7 @@ def test_every_declared_table_exists_after_upgrade(empty_engine):
     migrate.upgrade(empty_engine)
     present = set(sa.inspect(empty_engine).get_table_names())
     assert set(tables.metadata.tables) <= present
-    assert "alembic_version" in present
+    assert {"alembic_version", "allotment_version"} <= present
 
 
 def test_upgrade_twice_changes_nothing(empty_engine):
@@ -78,3 +82,56 @@ def test_comparison_notices_a_missing_index(empty_engine):
             conn.execute(sa.text(f"DROP INDEX {index.name}"))
     differences = _differences(empty_engine)
     assert any(diff[0] == "add_index" and diff[1].name == index.name for diff in differences)
+
+
+# -- the reference's layout (the way back) ---------------------------------
+
+def _missing_reference_facts(engine) -> list[str]:
+    """What Placement 16.0.0's layout has that this database lacks, as readable lines.
+
+    The reference's facts come from ``tests/data/reference_schema.json``
+    (``tools/reference_schema`` reflects databases the reference's own
+    migrations built).  Additions of ours are allowed; anything missing,
+    renamed or retyped would stop the reference from using the database.
+    """
+    from tests import reference
+
+    expected = reference.load_schema()[engine.dialect.name][reference.HEAD]
+    found = reference.reflect(engine.url.render_as_string(hide_password=False))
+    missing = []
+    for table, facts in expected.items():
+        have = found.get(table)
+        if have is None:
+            missing.append(f"table {table}")
+            continue
+        for column, spec in facts["columns"].items():
+            if have["columns"].get(column) != spec:
+                missing.append(f"column {table}.{column} {spec} (found {have['columns'].get(column)})")
+        if have["primary_key"] != facts["primary_key"]:
+            missing.append(f"primary key of {table} {facts['primary_key']}")
+        for kind in ("indexes", "unique_constraints"):
+            for name, spec in facts[kind].items():
+                if have[kind].get(name) != spec:
+                    missing.append(f"{kind} {table}.{name} {spec} (found {have[kind].get(name)})")
+        for key in facts["foreign_keys"]:
+            if key not in have["foreign_keys"]:
+                missing.append(f"foreign key {table} {key}")
+    return missing
+
+
+def test_head_has_everything_placement_16_has(empty_engine):
+    migrate.upgrade(empty_engine)
+    assert _missing_reference_facts(empty_engine) == []
+    assert migrate.placement_revision(empty_engine) == "a082b8bb98d0"
+
+
+def test_reference_comparison_notices_a_renamed_index(empty_engine):
+    """The check can fail: an index of the reference under another name is reported."""
+    migrate.upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        if empty_engine.dialect.name == "mysql":
+            conn.execute(sa.text("DROP INDEX allocations_consumer_id_idx ON allocations"))
+        else:
+            conn.execute(sa.text("DROP INDEX allocations_consumer_id_idx"))
+        conn.execute(sa.text("CREATE INDEX ix_allocations_consumer_id ON allocations (consumer_id)"))
+    assert any("allocations_consumer_id_idx" in line for line in _missing_reference_facts(empty_engine))
