@@ -35,9 +35,26 @@ def _inv(total, ratio=1.0, reserved=0, max_unit=None, min_unit=1, step=1):
             "max_unit": max_unit or total, "step_size": step}
 
 
-def seed(url: str) -> dict:
-    """Write the cloud; return {provider name: uuid, "aggregates": {...}}."""
-    api = Client(url)
+class InProcess:
+    """The same calls, through the test suite's in-process ``ApiClient``."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def call(self, method: str, path: str, json=None, expect=(200, 201, 204)):
+        response = self.client.request(method, path, json=json, version="1.39")
+        assert response.status in expect, f"{method} {path}: {response.status} {response.text[:300]}"
+        return response.json if response.text else None
+
+    def get(self, path: str):
+        return self.call("GET", path, expect=(200,))
+
+
+def seed(target) -> dict:
+    """Write the cloud through ``target`` (a server's URL, or a ``Client`` /
+    ``InProcess``); return {provider name: uuid, "aggregates": {...},
+    "consumers": [...]}."""
+    api = Client(target) if isinstance(target, str) else target
     names: dict = {}
     aggregates = {"rack-a": str(uuidlib.uuid4()), "rack-b": str(uuidlib.uuid4())}
     names["aggregates"] = aggregates

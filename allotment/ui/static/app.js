@@ -294,14 +294,17 @@
     const inventory = classes.length ? h('div', {class: 'table-wrap'}, h('table', {class: 'inventories'},
       h('caption', null, 'Inventories: what this provider offers, and how much of it is allocated'),
       h('thead', null, h('tr', null, ['Resource class', 'Usage', 'Used', 'Free', 'Capacity', 'Total', 'Reserved',
-        'Allocation ratio', 'Min unit', 'Max unit', 'Step size'].map((title, i) =>
+        'Allocation ratio', 'One allocation'].map((title, i) =>
         h('th', {scope: 'col', class: i > 1 ? 'num' : null}, title)))),
       h('tbody', null, classes.map((rc) => {
         const inv = rp.inventories[rc];
         return h('tr', {'data-rc': rc}, h('th', {scope: 'row'}, rc), h('td', null, bar(rc, inv.used, inv.capacity)),
-          ['used', 'free', 'capacity', 'total', 'reserved', 'allocation_ratio', 'min_unit', 'max_unit', 'step_size']
+          ['used', 'free', 'capacity', 'total', 'reserved', 'allocation_ratio']
             .map((field) => h('td', {class: 'num', 'data-field': field},
-              field === 'allocation_ratio' ? String(inv[field]) : amount(rc, inv[field]))));
+              field === 'allocation_ratio' ? String(inv[field]) : amount(rc, inv[field]))),
+          h('td', {class: 'num', 'data-field': 'units', title: 'min_unit ' + inv.min_unit + ', max_unit '
+            + inv.max_unit + ', step_size ' + inv.step_size},
+            num(inv.min_unit) + ' to ' + num(inv.max_unit), h('span', {class: 'sub'}, 'in steps of ' + num(inv.step_size))));
       })))) : h('p', {class: 'note'}, 'No inventory: this provider offers nothing itself (its children may).');
     const consumers = rp.consumers.length ? h('div', {class: 'table-wrap'}, h('table', {class: 'consumers'},
       h('caption', null, rp.consumers.length + (rp.consumers.length === 1 ? ' consumer holds' : ' consumers hold')
@@ -356,8 +359,9 @@
       const toggle = h('button', {type: 'button', class: 'toggle', 'aria-expanded': 'false', onclick: () => {
         const open = toggle.getAttribute('aria-expanded') !== 'true';
         toggle.setAttribute('aria-expanded', String(open));
+        toggle.firstChild.textContent = open ? '▾ ' : '▸ ';
         for (const row of userRows) row.hidden = !open;
-      }}, users.length + (users.length === 1 ? ' user' : ' users'));
+      }}, h('span', {'aria-hidden': 'true'}, '▸ '), users.length + (users.length === 1 ? ' user' : ' users'));
       return h('tbody', {'data-project': p.project_id},
         h('tr', {class: 'project'}, h('th', {scope: 'row'}, h('span', {class: 'mono'}, p.project_id), ' ', toggle),
           h('td', {class: 'num', 'data-field': 'consumers'}, num(p.consumers)), cells(p.usages)),
