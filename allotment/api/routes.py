@@ -219,8 +219,8 @@ OWN_ROUTES: dict[str, dict[str, Endpoint]] = {
     # The page and its two files are public (they hold no data; the page asks
     # for a token), the JSON needs allotment:capacity.
     **{OWN_PREFIX + "ui" + name: {
-        "GET": E("ui:asset", None, produces_json=False, ok="200", versioned=False),
-    } for name in ("", "/app.js", "/app.css")},
+        "GET": E(f"ui:{handler}", None, produces_json=False, ok="200", versioned=False),
+    } for name, handler in (("", "page"), ("/app.js", "script"), ("/app.css", "stylesheet"))},
     OWN_PREFIX + "capacity": {
         "GET": E("capacity:overview", "allotment:capacity", query="capacity:OVERVIEW_QUERY", versioned=False),
     },

@@ -24,11 +24,25 @@ CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'se
                            "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-def asset(req: Request) -> webob.Response:
-    """GET /allotment/ui, /allotment/ui/app.js, /allotment/ui/app.css."""
+def page(req: Request) -> webob.Response:
+    """The capacity view's page (HTML)."""
+    return _asset(req, "")
+
+
+def script(req: Request) -> webob.Response:
+    """The capacity view's script."""
+    return _asset(req, "/app.js")
+
+
+def stylesheet(req: Request) -> webob.Response:
+    """The capacity view's style sheet."""
+    return _asset(req, "/app.css")
+
+
+def _asset(req: Request, which: str) -> webob.Response:
     if not req.app.conf.allotment.ui:
         raise HTTPError(404)
-    name, content_type = ui.ASSETS[req.path_info[len(PAGE):]]
+    name, content_type = ui.ASSETS[which]
     response = webob.Response(body=ui.read(name), status=200, charset=None)
     response.headers["Content-Type"] = content_type
     response.headers["Cache-Control"] = "no-cache"
