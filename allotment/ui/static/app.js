@@ -166,7 +166,7 @@
 
   // -- overview ----------------------------------------------------------------
   function classTable(rows, caption) {
-    return h('div', {class: 'table-wrap'}, h('table', {class: 'classes'},
+    return h('div', {class: 'table-wrap'}, h('table', {class: 'classes stack'},
       h('caption', null, caption),
       h('thead', null, h('tr', null, h('th', {scope: 'col'}, 'Resource class'), h('th', {scope: 'col'}, 'Usage'),
         h('th', {scope: 'col', class: 'num'}, 'Used'), h('th', {scope: 'col', class: 'num'}, 'Free'),
@@ -176,11 +176,8 @@
         h('th', {scope: 'row'}, row.resource_class),
         h('td', null, bar(row.resource_class, row.used, row.capacity),
           h('span', {class: 'bar-label'}, pct(row.used, row.capacity) + '% used')),
-        h('td', {class: 'num', 'data-field': 'used'}, amount(row.resource_class, row.used)),
-        h('td', {class: 'num', 'data-field': 'free'}, amount(row.resource_class, row.free)),
-        h('td', {class: 'num', 'data-field': 'capacity'}, amount(row.resource_class, row.capacity)),
-        h('td', {class: 'num', 'data-field': 'total'}, amount(row.resource_class, row.total)),
-        h('td', {class: 'num', 'data-field': 'reserved'}, amount(row.resource_class, row.reserved)))))));
+        ['used', 'free', 'capacity', 'total', 'reserved'].map((field) => h('td', {class: 'num', 'data-field': field,
+          'data-label': field[0].toUpperCase() + field.slice(1)}, amount(row.resource_class, row[field]))))))));
   }
 
   async function renderOverview(current) {
@@ -291,7 +288,7 @@
   async function renderProvider(current) {
     const rp = await api('allotment/capacity/providers/' + encodeURIComponent(current.arg || ''));
     const classes = Object.keys(rp.inventories).sort();
-    const inventory = classes.length ? h('div', {class: 'table-wrap'}, h('table', {class: 'inventories'},
+    const inventory = classes.length ? h('div', {class: 'table-wrap'}, h('table', {class: 'inventories stack'},
       h('caption', null, 'Inventories: what this provider offers, and how much of it is allocated'),
       h('thead', null, h('tr', null, ['Resource class', 'Usage', 'Used', 'Free', 'Capacity', 'Total', 'Reserved',
         'Allocation ratio', 'One allocation'].map((title, i) =>
@@ -300,9 +297,10 @@
         const inv = rp.inventories[rc];
         return h('tr', {'data-rc': rc}, h('th', {scope: 'row'}, rc), h('td', null, bar(rc, inv.used, inv.capacity)),
           ['used', 'free', 'capacity', 'total', 'reserved', 'allocation_ratio']
-            .map((field) => h('td', {class: 'num', 'data-field': field},
+            .map((field) => h('td', {class: 'num', 'data-field': field,
+                                     'data-label': (field[0].toUpperCase() + field.slice(1)).replace('_', ' ')},
               field === 'allocation_ratio' ? String(inv[field]) : amount(rc, inv[field]))),
-          h('td', {class: 'num', 'data-field': 'units', title: 'min_unit ' + inv.min_unit + ', max_unit '
+          h('td', {class: 'num', 'data-field': 'units', 'data-label': 'One allocation', title: 'min_unit ' + inv.min_unit + ', max_unit '
             + inv.max_unit + ', step_size ' + inv.step_size},
             num(inv.min_unit) + ' to ' + num(inv.max_unit), h('span', {class: 'sub'}, 'in steps of ' + num(inv.step_size))));
       })))) : h('p', {class: 'note'}, 'No inventory: this provider offers nothing itself (its children may).');
