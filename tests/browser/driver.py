@@ -50,14 +50,17 @@ def open_view(page, fragment: str, view: str) -> None:
     wait_ready(page, view)
 
 
-def overview_paint_ms(page, base_url: str, token: str = "admin") -> float:
-    """Milliseconds from navigation start to the overview's first paint with
-    its data: the page is loaded with the token already in the tab, and the
-    page marks ``allotment:painted:overview`` two animation frames after
-    drawing (the frame holding the data has then been painted)."""
+def paint_ms(page, base_url: str, fragment: str = "#/overview", view: str = "overview",
+             token: str = "admin") -> float:
+    """Milliseconds from navigation start to the first paint of ``view``
+    with its data: the page is loaded with the token already in the tab,
+    and it marks ``allotment:painted:VIEW`` two animation frames after
+    drawing (by then the frame holding the data has been painted)."""
     page.goto(base_url + "/allotment/ui")
     page.evaluate("(t) => sessionStorage.setItem('allotment.token', t)", token)
+    page.goto(base_url + "/allotment/ui" + fragment)
     page.reload()
-    wait_ready(page, "overview")
-    page.wait_for_function("performance.getEntriesByName('allotment:painted:overview').length > 0")
-    return page.evaluate("performance.getEntriesByName('allotment:painted:overview')[0].startTime")
+    wait_ready(page, view, timeout=120_000)
+    mark = f"allotment:painted:{view}"
+    page.wait_for_function(f"performance.getEntriesByName('{mark}').length > 0")
+    return page.evaluate(f"performance.getEntriesByName('{mark}')[0].startTime")
