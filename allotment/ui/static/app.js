@@ -39,6 +39,10 @@
     const extra = human(rc, n);
     return extra ? num(n) + ' (' + extra + ')' : num(n);
   }
+  function amountCell(rc, n) {  // the number, and below it the same in GiB/TiB where that reads better
+    const extra = human(rc, n);
+    return extra ? [num(n), h('span', {class: 'sub'}, extra)] : num(n);
+  }
   const short = (uuid) => (uuid ? uuid.slice(0, 8) : '');
   const providerLink = (uuid, name) => h('a', {href: '#/provider/' + uuid}, name || uuid);
   function status(text) { statusLine.textContent = text || ''; }
@@ -177,7 +181,7 @@
         h('td', null, bar(row.resource_class, row.used, row.capacity),
           h('span', {class: 'bar-label'}, pct(row.used, row.capacity) + '% used')),
         ['used', 'free', 'capacity', 'total', 'reserved'].map((field) => h('td', {class: 'num', 'data-field': field,
-          'data-label': field[0].toUpperCase() + field.slice(1)}, amount(row.resource_class, row[field]))))))));
+          'data-label': field[0].toUpperCase() + field.slice(1)}, amountCell(row.resource_class, row[field]))))))));
   }
 
   async function renderOverview(current) {
@@ -291,7 +295,7 @@
     const inventory = classes.length ? h('div', {class: 'table-wrap'}, h('table', {class: 'inventories stack'},
       h('caption', null, 'Inventories: what this provider offers, and how much of it is allocated'),
       h('thead', null, h('tr', null, ['Resource class', 'Usage', 'Used', 'Free', 'Capacity', 'Total', 'Reserved',
-        'Allocation ratio', 'One allocation'].map((title, i) =>
+        'Allocation ratio', 'Each allocation'].map((title, i) =>
         h('th', {scope: 'col', class: i > 1 ? 'num' : null}, title)))),
       h('tbody', null, classes.map((rc) => {
         const inv = rp.inventories[rc];
@@ -299,8 +303,8 @@
           ['used', 'free', 'capacity', 'total', 'reserved', 'allocation_ratio']
             .map((field) => h('td', {class: 'num', 'data-field': field,
                                      'data-label': (field[0].toUpperCase() + field.slice(1)).replace('_', ' ')},
-              field === 'allocation_ratio' ? String(inv[field]) : amount(rc, inv[field]))),
-          h('td', {class: 'num', 'data-field': 'units', 'data-label': 'One allocation', title: 'min_unit ' + inv.min_unit + ', max_unit '
+              field === 'allocation_ratio' ? String(inv[field]) : amountCell(rc, inv[field]))),
+          h('td', {class: 'num', 'data-field': 'units', 'data-label': 'Each allocation', title: 'min_unit ' + inv.min_unit + ', max_unit '
             + inv.max_unit + ', step_size ' + inv.step_size},
             num(inv.min_unit) + ' to ' + num(inv.max_unit), h('span', {class: 'sub'}, 'in steps of ' + num(inv.step_size))));
       })))) : h('p', {class: 'note'}, 'No inventory: this provider offers nothing itself (its children may).');
@@ -348,7 +352,7 @@
     const projects = data.projects.slice().sort((a, b) => share(b.usages) - share(a.usages)
       || a.project_id.localeCompare(b.project_id));
     const cells = (usages) => classes.map((rc) => h('td', {class: 'num', 'data-rc': rc},
-      usages[rc] ? [amount(rc, usages[rc]), h('span', {class: 'sub'},
+      usages[rc] ? [amountCell(rc, usages[rc]), h('span', {class: 'sub'},
         pct(usages[rc], data.cloud[rc].capacity) + '% of cloud')] : '—'));
     const body = projects.map((p) => {
       const users = p.users.slice().sort((a, b) => share(b.usages) - share(a.usages));
