@@ -91,19 +91,29 @@ def capacity_sums(conn: Connection) -> dict[str | None, dict[str, Sums]]:
 
 def filtered_sums(conn: Connection, providers: sa.Select | None = None) -> dict[str, Sums]:
     """resource class -> sums over the providers whose ids ``providers``
-    selects (None: the whole cloud), with the same arithmetic as above."""
-    usage = usage_cte()
-    query = (sa.select(RC.c.name, INV.c.total, INV.c.reserved, INV.c.allocation_ratio, sa.func.count(),
-                       sa.func.sum(sa.func.coalesce(usage.c.used, 0)))
-             .select_from(inventories_with_usage(usage))
-             .group_by(RC.c.name, INV.c.total, INV.c.reserved, INV.c.allocation_ratio))
+    selects (None: the whole cloud), with the same arithmetic as above.
+
+    Two grouped statements rather than one join: the inventory records
+    grouped by kind, and the allocations that an inventory record backs
+    (the unique (provider, class) index) summed per class; on a large cloud
+    this is several times faster than joining every record to its usage."""
+    records = (sa.select(RC.c.name, INV.c.total, INV.c.reserved, INV.c.allocation_ratio, sa.func.count())
+               .select_from(INV.join(RC, RC.c.id == INV.c.resource_class_id))
+               .group_by(RC.c.name, INV.c.total, INV.c.reserved, INV.c.allocation_ratio))
+    used = (sa.select(RC.c.name, sa.func.sum(ALLOC.c.used))
+            .select_from(ALLOC.join(INV, sa.and_(INV.c.resource_provider_id == ALLOC.c.resource_provider_id,
+                                                 INV.c.resource_class_id == ALLOC.c.resource_class_id))
+                         .join(RC, RC.c.id == ALLOC.c.resource_class_id))
+            .group_by(RC.c.name))
     if providers is not None:
-        query = query.where(INV.c.resource_provider_id.in_(providers))
+        records = records.where(INV.c.resource_provider_id.in_(providers))
+        used = used.where(INV.c.resource_provider_id.in_(providers))
     found: dict[str, Sums] = {}
-    for rc, total, reserved, ratio, records, used in conn.execute(query).all():
+    for rc, total, reserved, ratio, count in conn.execute(records).all():
         sums = found.setdefault(rc, Sums())
-        sums.total += total * records
-        sums.reserved += reserved * records
-        sums.capacity += rules.capacity(total, reserved, ratio) * records
-        sums.used += int(used)
+        sums.total += total * count
+        sums.reserved += reserved * count
+        sums.capacity += rules.capacity(total, reserved, ratio) * count
+    for rc, amount in conn.execute(used).all():
+        found.setdefault(rc, Sums()).used += int(amount or 0)
     return found
