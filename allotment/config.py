@@ -88,6 +88,10 @@ allotment_opts = [
     cfg.IntOpt("metrics_capacity_cache_seconds", default=10, min=0,
                help="Seconds the capacity gauges of GET /metrics are reused before the database is asked "
                     "again (one grouped query)."),
+    cfg.BoolOpt("ui", default=False,
+                help="Serve the capacity view, a web page for operators, at /allotment/ui, and its JSON at "
+                     "/allotment/capacity... (guarded by the policy rule allotment:capacity, admin by "
+                     "default). On in the embedded default, off unless set in a configuration file."),
     cfg.IntOpt("max_request_body_size", default=DEFAULT_MAX_REQUEST_BODY_SIZE, min=1,
                help="Largest request body accepted, in bytes; a larger one is refused with 413 "
                     "before it is read."),
@@ -158,6 +162,7 @@ def load(config_file: str | None = None, *, dev_defaults: bool = False,
          default_config_dirs=[], validate_default_values=True)
     if not files and dev_defaults:
         conf.set_override("auth_strategy", "noauth2", group="api")
+        conf.set_override("ui", True, group="allotment")
     if not conf.placement_database.connection:
         # A configuration file must name its database: falling back to a
         # private SQLite file would let each host of a deployment silently

@@ -23,12 +23,26 @@ def load_config(config_file: str | None, *, dev_defaults: bool = False) -> cfg.C
     return conf
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not to
+    the stream it was when logging was set up (which a test harness, or a
+    caller redirecting stderr, may have closed since)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(conf: cfg.ConfigOpts) -> None:
     root = logging.getLogger()
     if getattr(root, "_allotment_configured", False):
         return
     level = logging.DEBUG if conf.debug else logging.INFO
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers: list[logging.Handler] = [_StderrHandler()]
     if conf.log_file:
         handlers.append(logging.FileHandler(conf.log_file))
     fmt = logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")

@@ -128,6 +128,10 @@ class Application:
         inner = auth.wrap(inner, conf, strategy=auth_strategy, is_public=self.router.is_public)
         if self.metrics is not None and self.metrics.public:
             inner = self.metrics.public_route(inner)
+        if conf.allotment.ui:
+            from allotment.api import ui
+
+            inner = ui.slash_redirect(inner)
         if conf.cors.allowed_origin:
             from oslo_middleware import cors
 

@@ -291,6 +291,7 @@ DEFAULT_RULES: list[policy.RuleDefault] = _BASE_RULES + _OPERATION_RULES
 
 EXPLAIN = "allotment:explain"
 METRICS = "allotment:metrics"
+CAPACITY = "allotment:capacity"
 
 #: Registered beside Placement's; a policy file overrides them the same way.
 ALLOTMENT_RULES: list[policy.RuleDefault] = [
@@ -300,6 +301,11 @@ ALLOTMENT_RULES: list[policy.RuleDefault] = [
     _op(METRICS, RULE_ADMIN_API,
         "Read the Prometheus metrics (when [allotment] metrics is on and metrics_public is off).",
         [("GET", "/metrics")]),
+    _op(CAPACITY, RULE_ADMIN_API,
+        "Read the capacity view's sums, trees, providers and projects (when [allotment] ui is on).",
+        [("GET", "/allotment/capacity"), ("GET", "/allotment/capacity/trees"),
+         ("GET", "/allotment/capacity/providers"), ("GET", "/allotment/capacity/providers/{uuid}"),
+         ("GET", "/allotment/capacity/projects")]),
 ]
 
 

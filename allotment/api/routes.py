@@ -218,6 +218,27 @@ OWN_ROUTES: dict[str, dict[str, Endpoint]] = {
     OWN_PREFIX + "explain": {
         "GET": E("explain:explain", "allotment:explain", query="allocation_candidates:QUERY"),
     },
+    # The capacity view: 404 unless [allotment] ui is on (api/ui.py, api/capacity.py).
+    # The page and its two files are public (they hold no data; the page asks
+    # for a token), the JSON needs allotment:capacity.
+    **{OWN_PREFIX + "ui" + name: {
+        "GET": E(f"ui:{handler}", None, produces_json=False, ok="200", versioned=False),
+    } for name, handler in (("", "page"), ("/app.js", "script"), ("/app.css", "stylesheet"))},
+    OWN_PREFIX + "capacity": {
+        "GET": E("capacity:overview", "allotment:capacity", query="capacity:OVERVIEW_QUERY", versioned=False),
+    },
+    OWN_PREFIX + "capacity/trees": {
+        "GET": E("capacity:trees", "allotment:capacity", query="capacity:TREES_QUERY", versioned=False),
+    },
+    OWN_PREFIX + "capacity/providers": {
+        "GET": E("capacity:provider_names", "allotment:capacity", query="capacity:NAMES_QUERY", versioned=False),
+    },
+    OWN_PREFIX + "capacity/providers/{uuid}": {
+        "GET": E("capacity:provider", "allotment:capacity", query="capacity:NO_QUERY", versioned=False),
+    },
+    OWN_PREFIX + "capacity/projects": {
+        "GET": E("capacity:projects", "allotment:capacity", query="capacity:NO_QUERY", versioned=False),
+    },
     # 404 unless [allotment] metrics is on (see api/metrics.py).
     "/metrics": {
         "GET": E("metrics:scrape", "allotment:metrics", produces_json=False, ok="200", versioned=False),
