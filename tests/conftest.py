@@ -15,12 +15,33 @@ tests that start ``allotment serve``.
 from __future__ import annotations
 
 import json as jsonlib
+import logging
 import os
 import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
 import webob
+
+
+@pytest.fixture(autouse=True)
+def _isolated_logging():
+    """Give every test the root logger as it found it: a test that runs a
+    command in-process sets logging up once per process (service.setup_logging),
+    and its stderr handler would otherwise write into the captured stderr of
+    whichever test comes next in the same worker."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configured = getattr(root, "_allotment_configured", None)
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    if configured is None:
+        root.__dict__.pop("_allotment_configured", None)
+    else:
+        root._allotment_configured = configured  # type: ignore[attr-defined]
 
 BACKEND = os.environ.get("ALLOTMENT_TEST_BACKEND", "sqlite")
 SERVER_URLS = {
