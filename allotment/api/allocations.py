@@ -255,6 +255,11 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     try:
         req.app.db.run_write(work, retry_on=db.RETRY_ON,
                              retries=req.app.conf.placement.allocation_conflict_retry_count)
+    except db.ProviderNotFound:
+        # Refused, but the new consumers stay (generation 0), as in Placement.
+        req.app.db.run_write(lambda conn: db.keep_new_consumers(conn, requests, incomplete_owner=owner),
+                             retry_on=(db.consumers.RecordRace,), retries=1)
+        raise
     except db.ResourceClassNotFound as error:
         raise HTTPError(400, class_not_found(error.message)) from None
     except db.InvalidInventory as error:

@@ -447,6 +447,43 @@ def test_unknown_provider_class_and_missing_inventory(app, api128, rp):
     assert usages(api128, rp) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
 
 
+def test_a_write_refused_for_an_unknown_provider_keeps_new_consumers(api128, rp):
+    # Placement records new consumers before it looks the providers up, and
+    # keeps them when a provider is unknown: their next write names 0.
+    missing = new_uuid()
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(missing, VCPU=1))).status == 400
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1)))
+    assert r.status == 409 and r.error()["code"] == "placement.concurrent_update"
+    assert "consumer generation conflict - expected 0 but got None" in r.error()["detail"]
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1), 0)).status == 204
+    # POST: every new consumer of the request stays, before 1.28 too.
+    first, second = new_uuid(), new_uuid()
+    r = api128.post("/allocations", version="1.13", json={
+        first: {"allocations": claim(rp, VCPU=1), "project_id": "p", "user_id": "u"},
+        second: {"allocations": claim(missing, VCPU=1), "project_id": "p", "user_id": "u"}})
+    assert r.status == 400 and f"'{missing}' that does not exist" in r.error()["detail"]
+    for kept in (first, second):
+        assert api128.put(f"/allocations/{kept}", json=body(claim(rp, VCPU=1))).status == 409
+        assert api128.put(f"/allocations/{kept}", json=body(claim(rp, VCPU=1), 0)).status == 204
+    # Writes refused later (an unknown class, capacity) leave nothing behind.
+    for refused in (claim(rp, COWS=1), claim(rp, VCPU=100)):
+        consumer = new_uuid()
+        assert api128.put(f"/allocations/{consumer}", json=body(refused)).status in (400, 409)
+        assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+
+
+def test_consumer_generation_is_checked_before_the_providers(api128, rp):
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(new_uuid(), VCPU=1), 5))
+    assert r.status == 409
+    assert "consumer generation conflict - expected 1 but got 5" in r.error()["detail"]
+    r = api128.post("/allocations", json={new_uuid(): body(claim(new_uuid(), VCPU=1), 3)})
+    assert r.status == 409
+    assert "consumer generation conflict - expected null but got 3" in r.error()["detail"]
+
+
 def test_custom_classes_allocate_like_standard_ones(app, api):
     seed_custom_class(app, "CUSTOM_GOLD")
     provider = seed_provider(app, {"VCPU": 24, "CUSTOM_GOLD": 5})
