@@ -213,14 +213,17 @@ def test_put_malformed_json_and_wrong_media_type(api, rp):
     assert r.status == 415
 
 
-def test_put_duplicate_provider_in_list_format_is_refused(api, rp):
+@pytest.mark.parametrize("version, owner", [("1.3", {}), ("1.11", {"project_id": "p", "user_id": "u"})])
+def test_put_duplicate_provider_in_list_format_keeps_the_last_entry(api, rp, version, owner):
+    # Placement turns the list into a dict keyed by provider: the last entry wins.
     consumer = new_uuid()
-    entry = {"resource_provider": {"uuid": rp}, "resources": {"VCPU": 1}}
-    r = api.put(f"/allocations/{consumer}", version="1.11",
-                json={"allocations": [entry, {**entry, "resources": {"VCPU": 2}}], "project_id": "p", "user_id": "u"})
-    assert r.status == 400
-    assert "more than once" in r.error()["detail"]
-    assert api.get(f"/allocations/{consumer}").json == {"allocations": {}}
+    first = {"resource_provider": {"uuid": rp}, "resources": {"VCPU": 2}}
+    last = {"resource_provider": {"uuid": rp}, "resources": {"DISK_GB": 20}}
+    r = api.put(f"/allocations/{consumer}", version=version, json={"allocations": [first, last], **owner})
+    assert r.status == 204
+    assert api.get(f"/allocations/{consumer}").json["allocations"] == {rp: {"generation": 1,
+                                                                          "resources": {"DISK_GB": 20}}}
+    assert usages(api, rp) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 20}
 
 
 def test_put_consumer_uuid_must_be_a_uuid_and_dashless_is_the_same_consumer(api128, rp):
