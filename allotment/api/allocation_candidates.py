@@ -45,6 +45,7 @@ from allotment.domain.request_groups import (
     AllocationCandidatesRequest,
     allocation_candidates_query_schema,
     parse_allocation_candidates,
+    validate_query_schema,
 )
 
 LOG = logging.getLogger(__name__)
@@ -76,8 +77,12 @@ def list_allocation_candidates(req: Request) -> webob.Response:
 def parse_query(req: Request) -> AllocationCandidatesRequest:
     """The request the query string makes, or Placement's 400 (``GET
     /allotment/explain`` reads its query with this too)."""
-    # req.GET answers 400 itself for a query that is not UTF-8 or holds a NUL.
-    return parse_allocation_candidates(list(req.GET.items()), req.version)
+    # The schema's verdict first (an unknown or missing parameter), then
+    # req.GET's 400 for a query that is not UTF-8 or holds a NUL, as Placement.
+    pairs = req.unchecked_query()
+    if pairs is not None:
+        validate_query_schema(pairs, allocation_candidates_query_schema(req.version))
+    return parse_allocation_candidates(list(req.GET.items()), req.version, validate_schema=False)
 
 
 def find(req: Request, conn, request: AllocationCandidatesRequest, *,

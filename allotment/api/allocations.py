@@ -214,20 +214,14 @@ def _incomplete_owner(req: Request) -> tuple[str, str]:
 def _provider_resources(req: Request, allocations: Any) -> dict[str, dict[str, int]]:
     """{provider uuid: resources} from either request format.
 
-    A provider named twice is refused: which entry should win is anyone's
-    guess, and guessing silently loses a claim.
+    A provider named twice (the list format before 1.12 allows it) keeps
+    its last entry and the others are dropped, as Placement does.
     """
     if req.version >= (1, 12):
         pairs = [(uuid, entry["resources"]) for uuid, entry in allocations.items()]
     else:
         pairs = [(entry["resource_provider"]["uuid"], entry["resources"]) for entry in allocations]
-    result: dict[str, dict[str, int]] = {}
-    for uuid, resources in pairs:
-        key = _canonical_or_raw(uuid)
-        if key in result:
-            raise HTTPError(400, f"Allocations for resource provider '{uuid}' are given more than once.")
-        result[key] = resources
-    return result
+    return {_canonical_or_raw(uuid): resources for uuid, resources in pairs}
 
 
 def _request(req: Request, consumer: str, data: dict) -> db.ConsumerAllocations:
@@ -255,6 +249,11 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     try:
         req.app.db.run_write(work, retry_on=db.RETRY_ON,
                              retries=req.app.conf.placement.allocation_conflict_retry_count)
+    except db.ProviderNotFound:
+        # Refused, but the new consumers stay (generation 0), as in Placement.
+        req.app.db.run_write(lambda conn: db.keep_new_consumers(conn, requests, incomplete_owner=owner),
+                             retry_on=(db.consumers.RecordRace,), retries=1)
+        raise
     except db.ResourceClassNotFound as error:
         raise HTTPError(400, class_not_found(error.message)) from None
     except db.InvalidInventory as error:

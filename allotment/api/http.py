@@ -85,6 +85,15 @@ class Request(webob.Request):
                                          + _NUL_MESSAGE % f"{key}={value}")
         return params
 
+    def unchecked_query(self) -> list[tuple[str, str]] | None:
+        """The query's decoded pairs before ``GET``'s NUL check (``None``
+        when it is not UTF-8: ``GET`` answers that).  For what Placement
+        looks at before that check: the schema's verdict, policy targets."""
+        try:
+            return list(webob.Request.GET.fget(self).items())
+        except UnicodeDecodeError:
+            return None
+
 
 def _validator(schema: dict):
     validator = _VALIDATORS.get(id(schema))
@@ -226,11 +235,8 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     if schema is not None:
         # The schema first, as Placement: an unknown or missing parameter
         # is reported before a NUL in some value (req.GET refuses those).
-        try:
-            raw = dict(webob.Request.GET.fget(req))
-        except UnicodeDecodeError:
-            raw = None  # req.GET below answers it
-        error = _best_error(_validator(schema), raw) if raw is not None else None
+        pairs = req.unchecked_query()
+        error = _best_error(_validator(schema), dict(pairs)) if pairs is not None else None
         if error is not None:
             raise HTTPError(400, f"Invalid query string parameters: {error}")
     return dict(req.GET)

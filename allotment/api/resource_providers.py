@@ -177,14 +177,19 @@ def update_resource_provider(req: Request) -> webob.Response:
     data = _body(req)
     try:
         if "parent_provider_uuid" in data:
-            provider = db.update(req.app.db, uuid, data["name"], data["parent_provider_uuid"],
-                                 allow_reparenting=req.version >= (1, 37))
+            provider, previous_update = db.update(req.app.db, uuid, data["name"], data["parent_provider_uuid"],
+                                                  allow_reparenting=req.version >= (1, 37))
         else:
-            provider = req.app.db.run_write(lambda conn: db.rename(conn, uuid, data["name"]),
+            provider, previous_update = req.app.db.run_write(lambda conn: db.rename(conn, uuid, data["name"]),
                                             retry_on=(db.InsertRace,), retries=db.INSERT_RETRIES)
     except TreeRuleViolation as error:
         raise HTTPError(400, f"Unable to save resource provider {uuid}: {error.message}") from None
-    return json_response(req, _representer(req)(provider), last_modified=provider.last_modified)
+    # Placement's answer is last modified at the update before this one,
+    # not now; a child provider never written before has none, so no header.
+    response = json_response(req, _representer(req)(provider), last_modified=previous_update)
+    if previous_update is None:
+        response.headers.pop("Last-Modified", None)
+    return response
 
 
 def delete_resource_provider(req: Request) -> webob.Response:

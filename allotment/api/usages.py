@@ -50,7 +50,8 @@ def list_usages(req: Request) -> webob.Response:
 
 def get_total_usages(req: Request) -> webob.Response:
     """GET /usages?project_id=&user_id=[&consumer_type=] (1.9; types 1.38)."""
-    req.authorize(policy.TOTAL_USAGES, {"project_id": req.GET.get("project_id")})
+    # The policy and the schema come before the query's NUL check, as in Placement.
+    req.authorize(policy.TOTAL_USAGES, {"project_id": dict(req.unchecked_query() or ()).get("project_id")})
     by_type = req.version >= (1, 38)
     params = query_params(req)
     project, user = params["project_id"], params.get("user_id")

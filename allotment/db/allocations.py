@@ -227,10 +227,12 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
     names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
     by_uuid, by_id, class_ids = _read_providers_and_classes(conn, wanted, release_ids, names)
+    # Placement checks the consumers' generations before it looks the
+    # providers up (see ``keep_new_consumers``).
+    _check_consumer_generations(requests, existing)
     for uuid in wanted:
         if uuid not in by_uuid:
             raise ProviderNotFound(uuid)
-    _check_consumer_generations(requests, existing)
     for name in names:
         if name not in class_ids:
             raise ResourceClassNotFound(name)
@@ -265,6 +267,24 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     if check_capacity:
         _check_claims(conn, claims, after_write=True, growth=growth)
     return WriteResult(claims, bumped, growth)
+
+
+def keep_new_consumers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
+                       incomplete_owner: tuple[str, str]) -> None:
+    """Give every consumer among ``requests`` that has no record one at generation 0.
+
+    For a write that ``write_allocations`` refused with ``ProviderNotFound``,
+    in a transaction of its own: Placement records new consumers before it
+    looks the providers up, and a write refused for an unknown provider
+    leaves them behind (the next write of such a consumer must name
+    generation 0, not null).  Writes refused later (classes, capacity)
+    leave nothing, as here.
+    """
+    existing, _ = _read_consumers(conn, [r.consumer_uuid for r in requests])
+    for request in requests:
+        if request.consumer_uuid not in existing:
+            consumers.insert(conn, request.consumer_uuid, _owner(conn, request, None, incomplete_owner),
+                             generation=0)
 
 
 def _growth(claims: Sequence[Claim], old_rows: Sequence[_OldRow]) -> dict[tuple[int, int], int]:

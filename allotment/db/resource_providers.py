@@ -31,6 +31,7 @@ it, and clients pass generations they read before a re-parent.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -278,17 +279,26 @@ def create(db: Database, uuid: str, name: str, parent_uuid: str | None = None) -
         except sa.exc.IntegrityError:
             raise InsertRace() from None
         if parent is None:
-            conn.execute(sa.update(RP).where(RP.c.id == new_id).values(root_provider_id=new_id))
+            # The root's second statement counts as an update, as in
+            # Placement: a root has an update time from birth, a child not
+            # until its first write (see ``rename``).
+            conn.execute(sa.update(RP).where(RP.c.id == new_id).values(root_provider_id=new_id,
+                                                                       updated_at=utcnow()))
         return get(conn, uuid)
 
     return _planned_write(db, plan if parent_uuid is not None else None, apply)
 
 
-def rename(conn: Connection, uuid: str, name: str) -> ProviderRecord:
-    """Give the provider a new name (its generation stays, as in Placement)."""
+def rename(conn: Connection, uuid: str, name: str) -> tuple[ProviderRecord, datetime.datetime | None]:
+    """Give the provider a new name (its generation stays, as in Placement).
+
+    Returns the provider and its update time from before this update:
+    Placement's answer to an update is last modified then (none for a child
+    provider never written before).
+    """
     provider = get(conn, uuid)
     _update_row(conn, provider, name, None)
-    return get(conn, uuid)
+    return get(conn, uuid), provider.updated_at
 
 
 def _update_row(conn: Connection, provider: ProviderRecord, name: str,
@@ -307,11 +317,12 @@ def _update_row(conn: Connection, provider: ProviderRecord, name: str,
 
 
 def update(db: Database, uuid: str, name: str, parent_uuid: str | None, *,
-           allow_reparenting: bool) -> ProviderRecord:
+           allow_reparenting: bool) -> tuple[ProviderRecord, datetime.datetime | None]:
     """Rename the provider and set its parent (``None``: make it a root).
 
     Before 1.37 (``allow_reparenting`` False) only a root may be given a
     parent.  Moving a provider moves its whole subtree to the new root.
+    Returns what ``rename`` returns.
     """
 
     def plan(conn: Connection) -> set[int]:
@@ -335,8 +346,8 @@ def update(db: Database, uuid: str, name: str, parent_uuid: str | None, *,
         below = subtree - {provider.id}
         if placement is not None and placement.root_id != provider.root_id and below:
             conn.execute(sa.update(RP).where(RP.c.id.in_(sorted(below)))
-                         .values(root_provider_id=placement.root_id))
-        return get(conn, uuid)
+                         .values(root_provider_id=placement.root_id, updated_at=utcnow()))
+        return get(conn, uuid), provider.updated_at
 
     return _planned_write(db, plan, apply)
 

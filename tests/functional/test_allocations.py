@@ -213,14 +213,17 @@ def test_put_malformed_json_and_wrong_media_type(api, rp):
     assert r.status == 415
 
 
-def test_put_duplicate_provider_in_list_format_is_refused(api, rp):
+@pytest.mark.parametrize("version, owner", [("1.3", {}), ("1.11", {"project_id": "p", "user_id": "u"})])
+def test_put_duplicate_provider_in_list_format_keeps_the_last_entry(api, rp, version, owner):
+    # Placement turns the list into a dict keyed by provider: the last entry wins.
     consumer = new_uuid()
-    entry = {"resource_provider": {"uuid": rp}, "resources": {"VCPU": 1}}
-    r = api.put(f"/allocations/{consumer}", version="1.11",
-                json={"allocations": [entry, {**entry, "resources": {"VCPU": 2}}], "project_id": "p", "user_id": "u"})
-    assert r.status == 400
-    assert "more than once" in r.error()["detail"]
-    assert api.get(f"/allocations/{consumer}").json == {"allocations": {}}
+    first = {"resource_provider": {"uuid": rp}, "resources": {"VCPU": 2}}
+    last = {"resource_provider": {"uuid": rp}, "resources": {"DISK_GB": 20}}
+    r = api.put(f"/allocations/{consumer}", version=version, json={"allocations": [first, last], **owner})
+    assert r.status == 204
+    assert api.get(f"/allocations/{consumer}").json["allocations"] == {rp: {"generation": 1,
+                                                                          "resources": {"DISK_GB": 20}}}
+    assert usages(api, rp) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 20}
 
 
 def test_put_consumer_uuid_must_be_a_uuid_and_dashless_is_the_same_consumer(api128, rp):
@@ -445,6 +448,43 @@ def test_unknown_provider_class_and_missing_inventory(app, api128, rp):
     r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(bare, DISK_GB=10)))
     assert r.status == 409 and r.error()["title"] == "Conflict"
     assert usages(api128, rp) == {"VCPU": 0, "MEMORY_MB": 0, "DISK_GB": 0}
+
+
+def test_a_write_refused_for_an_unknown_provider_keeps_new_consumers(api128, rp):
+    # Placement records new consumers before it looks the providers up, and
+    # keeps them when a provider is unknown: their next write names 0.
+    missing = new_uuid()
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(missing, VCPU=1))).status == 400
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1)))
+    assert r.status == 409 and r.error()["code"] == "placement.concurrent_update"
+    assert "consumer generation conflict - expected 0 but got None" in r.error()["detail"]
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1), 0)).status == 204
+    # POST: every new consumer of the request stays, before 1.28 too.
+    first, second = new_uuid(), new_uuid()
+    r = api128.post("/allocations", version="1.13", json={
+        first: {"allocations": claim(rp, VCPU=1), "project_id": "p", "user_id": "u"},
+        second: {"allocations": claim(missing, VCPU=1), "project_id": "p", "user_id": "u"}})
+    assert r.status == 400 and f"'{missing}' that does not exist" in r.error()["detail"]
+    for kept in (first, second):
+        assert api128.put(f"/allocations/{kept}", json=body(claim(rp, VCPU=1))).status == 409
+        assert api128.put(f"/allocations/{kept}", json=body(claim(rp, VCPU=1), 0)).status == 204
+    # Writes refused later (an unknown class, capacity) leave nothing behind.
+    for refused in (claim(rp, COWS=1), claim(rp, VCPU=100)):
+        consumer = new_uuid()
+        assert api128.put(f"/allocations/{consumer}", json=body(refused)).status in (400, 409)
+        assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+
+
+def test_consumer_generation_is_checked_before_the_providers(api128, rp):
+    consumer = new_uuid()
+    assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
+    r = api128.put(f"/allocations/{consumer}", json=body(claim(new_uuid(), VCPU=1), 5))
+    assert r.status == 409
+    assert "consumer generation conflict - expected 1 but got 5" in r.error()["detail"]
+    r = api128.post("/allocations", json={new_uuid(): body(claim(new_uuid(), VCPU=1), 3)})
+    assert r.status == 409
+    assert "consumer generation conflict - expected null but got 3" in r.error()["detail"]
 
 
 def test_custom_classes_allocate_like_standard_ones(app, api):

@@ -224,3 +224,20 @@ def test_an_unknown_parameter_is_reported_before_a_nul_in_it(api):
     assert resp.status == 400
     assert "Additional properties are not allowed ('a' was unexpected)" in resp.error()["detail"]
     assert "U+0000" in api.get("/resource_providers?name=%00", version="1.23").error()["detail"]
+
+
+@pytest.mark.parametrize("path, version, verdict", [
+    ("/usages?a=%00", "1.30", "'project_id' is a required property"),
+    ("/allocation_candidates?a=%00", "1.18", "'resources' is a required property"),
+    ("/allocation_candidates?resources=VCPU:1&a=%00", "1.18", "('a' was unexpected)"),
+])
+def test_the_schema_speaks_before_a_nul_on_usages_and_candidates(api, path, version, verdict):
+    resp = api.get(path, version=version)
+    assert resp.status == 400
+    assert verdict in resp.error()["detail"] and "U+0000" not in resp.error()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/usages?project_id=%00", "/allocation_candidates?resources=VCPU:%00"])
+def test_a_nul_in_a_known_parameter_is_still_refused(api, path):
+    resp = api.get(path, version="1.30")
+    assert resp.status == 400 and "U+0000" in resp.error()["detail"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import threading
 
@@ -453,6 +454,33 @@ def test_rename_keeps_generation_and_updates_last_modified(api):
     assert re.match(HTTP_DATE, resp.headers["Last-Modified"])
     assert "Location" not in resp.headers
     assert api.get(f"/resource_providers/{uuid}").json["name"] == "new"
+
+
+def test_update_is_last_modified_at_the_update_before(api, app):
+    # Placement answers an update with the provider's update time as it was
+    # before this update: a child never written has none, so no header; a
+    # root has one from birth; a generation bump counts as an update.
+    root = create(api, "root")["uuid"]
+    child = create(api, "child", parent=root)["uuid"]
+    written = create(api, "written", parent=root)["uuid"]
+    assert api.put(f"/resource_providers/{written}/traits", version="1.29",
+                   json={"traits": ["HW_CPU_X86_AVX"], "resource_provider_generation": 0}).status == 200
+    first = api.put(f"/resource_providers/{child}", json={"name": "x"}, version="1.29")
+    assert first.status == 200 and first.json["name"] == "x"
+    assert "Last-Modified" not in first.headers and first.headers["Cache-Control"] == "no-cache"
+    assert re.match(HTTP_DATE, api.get(f"/resource_providers/{child}", version="1.29").headers["Last-Modified"])
+    assert re.match(HTTP_DATE, api.put(f"/resource_providers/{child}", json={"name": "y"},
+                                       version="1.29").headers["Last-Modified"])
+    assert re.match(HTTP_DATE, api.put(f"/resource_providers/{written}", json={"name": "w"},
+                                       version="1.29").headers["Last-Modified"])
+    assert re.match(HTTP_DATE, api.put(f"/resource_providers/{root}", json={"name": "r"},
+                                       version="1.29").headers["Last-Modified"])
+    # The value is the earlier update's time, not now.
+    with app.db.write() as conn:
+        conn.execute(tables.resource_providers.update().where(tables.resource_providers.c.uuid == child)
+                     .values(updated_at=datetime.datetime(2001, 2, 3, 4, 5, 6)))
+    resp = api.put(f"/resource_providers/{child}", json={"name": "z"}, version="1.29")
+    assert resp.headers["Last-Modified"] == "Sat, 03 Feb 2001 04:05:06 GMT"
 
 
 def test_rename_to_a_taken_name_is_409(api):

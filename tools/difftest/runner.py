@@ -23,7 +23,9 @@ from generator import Generator, Profile
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = Path(os.environ.get("ALLOTMENT_REFERENCE_SERVE", REPO.parent / "shared" / "reference" / "serve"))
-PORTS = range(22000, 23000)
+# DIFFTEST_PORTS=LOW-HIGH: the ports servers may use (parallel runs on a shared machine).
+_LOW, _HIGH = (int(x) for x in os.environ.get("DIFFTEST_PORTS", "22000-22999").split("-"))
+PORTS = range(_LOW, _HIGH + 1)
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # Headers compared by value (names compared case-insensitively); Last-Modified by presence only.
 COMPARED_HEADERS = ("content-type", "location", "allow", "openstack-api-version", "vary",
@@ -48,7 +50,7 @@ def _free_port(taken: set[int]) -> int:
                 continue
         taken.add(port)
         return port
-    raise StartError("no free port in 22000-22999")
+    raise StartError(f"no free port in {_LOW}-{_HIGH}")
 
 
 _TAKEN: set[int] = set()
