@@ -174,6 +174,38 @@ def reflect(url: str) -> dict:
         engine.dispose()
 
 
+def missing_facts(expected: dict, found: dict) -> list[str]:
+    """What the ``reflect`` facts ``expected`` have that ``found`` lacks, as readable lines.
+
+    Additions in ``found`` are allowed; anything missing, renamed or retyped
+    is listed (the reference could not use such a database).
+    """
+    missing = []
+    for table, facts in expected.items():
+        have = found.get(table)
+        if have is None:
+            missing.append(f"table {table}")
+            continue
+        for column, spec in facts["columns"].items():
+            if have["columns"].get(column) != spec:
+                missing.append(f"column {table}.{column} {spec} (found {have['columns'].get(column)})")
+        if have["primary_key"] != facts["primary_key"]:
+            missing.append(f"primary key of {table} {facts['primary_key']}")
+        for kind in ("indexes", "unique_constraints"):
+            for name, spec in facts[kind].items():
+                if have[kind].get(name) != spec:
+                    missing.append(f"{kind} {table}.{name} {spec} (found {have[kind].get(name)})")
+        for key in facts["foreign_keys"]:
+            # SQLite reflection names only table-level constraints: a column-level
+            # "CONSTRAINT name REFERENCES" (what ALTER TABLE ADD COLUMN can add) comes
+            # back unnamed.  PostgreSQL and MariaDB always name theirs.
+            if not any(have_key == key or (have_key["name"] is None and
+                                           {**have_key, "name": key["name"]} == key)
+                       for have_key in have["foreign_keys"]):
+                missing.append(f"foreign key {table} {key}")
+    return missing
+
+
 def _type_name(type_) -> str:
     name = type(type_).__name__.upper()
     length = getattr(type_, "length", None)
