@@ -1,16 +1,20 @@
 """The reference Placement (openstack-placement 16.0.0), used only as a yardstick.
 
-Tests and ``tools/reference_schema`` drive it as an external program from
-its cache venv (``shared/reference/serve`` builds it): its own migrations
-build databases at each of its schema revisions, and its API answers the
-same GETs as ours.  Nothing here imports it; when the venv is missing the
-tests that need it skip (and fail under CI, where it must be present).
+The suite itself never needs it: ``create_from_ddl`` builds a database at
+any of its schema revisions from the DDL stored under
+``tests/data/reference_ddl`` (``tools/reference_schema_ddl`` wrote it once by
+running the reference's own migrations).  Opt-in tests
+(``ALLOTMENT_REFERENCE_TESTS=1``), ``tools/reference_schema*`` and the
+mixed-fleet test drive the reference as an external program from its cache
+venv (``shared/reference/serve`` builds it): its migrations, its
+``placement-manage`` and its API.  Nothing here imports it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import uuid as uuidlib
 
@@ -20,6 +24,7 @@ import sqlalchemy as sa
 REVISIONS = ["b4ed3a175331", "611cd6dffd7b", "b5c396305c25", "422ece571366", "a082b8bb98d0"]
 HEAD = REVISIONS[-1]
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "data", "reference_schema.json")
+DDL_DIR = os.path.join(os.path.dirname(__file__), "data", "reference_ddl")
 SERVE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference",
                                      "serve"))
 SERVER_URLS = {
@@ -169,10 +174,63 @@ def reflect(url: str) -> dict:
         engine.dispose()
 
 
+def missing_facts(expected: dict, found: dict) -> list[str]:
+    """What the ``reflect`` facts ``expected`` have that ``found`` lacks, as readable lines.
+
+    Additions in ``found`` are allowed; anything missing, renamed or retyped
+    is listed (the reference could not use such a database).
+    """
+    missing = []
+    for table, facts in expected.items():
+        have = found.get(table)
+        if have is None:
+            missing.append(f"table {table}")
+            continue
+        for column, spec in facts["columns"].items():
+            if have["columns"].get(column) != spec:
+                missing.append(f"column {table}.{column} {spec} (found {have['columns'].get(column)})")
+        if have["primary_key"] != facts["primary_key"]:
+            missing.append(f"primary key of {table} {facts['primary_key']}")
+        for kind in ("indexes", "unique_constraints"):
+            for name, spec in facts[kind].items():
+                if have[kind].get(name) != spec:
+                    missing.append(f"{kind} {table}.{name} {spec} (found {have[kind].get(name)})")
+        for key in facts["foreign_keys"]:
+            # SQLite reflection names only table-level constraints: a column-level
+            # "CONSTRAINT name REFERENCES" (what ALTER TABLE ADD COLUMN can add) comes
+            # back unnamed.  PostgreSQL and MariaDB always name theirs.
+            if not any(have_key == key or (have_key["name"] is None and
+                                           {**have_key, "name": key["name"]} == key)
+                       for have_key in have["foreign_keys"]):
+                missing.append(f"foreign key {table} {key}")
+    return missing
+
+
 def _type_name(type_) -> str:
     name = type(type_).__name__.upper()
     length = getattr(type_, "length", None)
     return f"{name}({length})" if length else name
+
+
+def ddl_statements(backend: str, revision: str) -> list[str]:
+    """The stored statements that make the reference's database at ``revision`` on ``backend``."""
+    with open(os.path.join(DDL_DIR, backend, f"{revision}.sql")) as handle:
+        text = "\n".join(line for line in handle.read().splitlines() if not line.startswith("--"))
+    return [part.strip() for part in re.split(r";\s*\n", text) if part.strip()]
+
+
+def create_from_ddl(url: str, revision: str) -> None:
+    """Lay out the empty database ``url`` as the reference's migrations left it at ``revision``."""
+    engine = sa.create_engine(url)
+    backend = engine.dialect.name
+    try:
+        with engine.begin() as conn:
+            if backend == "mysql":
+                conn.exec_driver_sql("SET SESSION foreign_key_checks = 0")
+            for statement in ddl_statements(backend, revision):
+                conn.exec_driver_sql(statement.replace("%", "%%") if backend != "sqlite" else statement)
+    finally:
+        engine.dispose()
 
 
 def load_schema() -> dict:

@@ -97,26 +97,7 @@ def _missing_reference_facts(engine) -> list[str]:
     from tests import reference
 
     expected = reference.load_schema()[engine.dialect.name][reference.HEAD]
-    found = reference.reflect(engine.url.render_as_string(hide_password=False))
-    missing = []
-    for table, facts in expected.items():
-        have = found.get(table)
-        if have is None:
-            missing.append(f"table {table}")
-            continue
-        for column, spec in facts["columns"].items():
-            if have["columns"].get(column) != spec:
-                missing.append(f"column {table}.{column} {spec} (found {have['columns'].get(column)})")
-        if have["primary_key"] != facts["primary_key"]:
-            missing.append(f"primary key of {table} {facts['primary_key']}")
-        for kind in ("indexes", "unique_constraints"):
-            for name, spec in facts[kind].items():
-                if have[kind].get(name) != spec:
-                    missing.append(f"{kind} {table}.{name} {spec} (found {have[kind].get(name)})")
-        for key in facts["foreign_keys"]:
-            if key not in have["foreign_keys"]:
-                missing.append(f"foreign key {table} {key}")
-    return missing
+    return reference.missing_facts(expected, reference.reflect(engine.url.render_as_string(hide_password=False)))
 
 
 def test_head_has_everything_placement_16_has(empty_engine):
@@ -135,3 +116,26 @@ def test_reference_comparison_notices_a_renamed_index(empty_engine):
             conn.execute(sa.text("DROP INDEX allocations_consumer_id_idx"))
         conn.execute(sa.text("CREATE INDEX ix_allocations_consumer_id ON allocations (consumer_id)"))
     assert any("allocations_consumer_id_idx" in line for line in _missing_reference_facts(empty_engine))
+
+
+@pytest.mark.parametrize("revision", ["b4ed3a175331", "611cd6dffd7b", "b5c396305c25", "422ece571366",
+                                      "a082b8bb98d0"])
+def test_stored_reference_ddl_lays_out_the_recorded_schema(revision, tmp_path_factory):
+    """The DDL the take-over tests build from is the layout recorded in reference_schema.json.
+
+    Both were taken from databases the reference's own migrations built
+    (``tools/reference_schema_ddl``, ``tools/reference_schema``); if either
+    is regenerated alone, this says so.
+    """
+    from tests import reference
+
+    url, drop = create_database(tmp_path_factory, "ddl")
+    engine = create_engine(url)
+    try:
+        reference.create_from_ddl(url, revision)
+        expected = reference.load_schema()[engine.dialect.name][revision]
+        assert reference.reflect(url) == expected
+        assert migrate.placement_revision(engine) == revision
+    finally:
+        engine.dispose()
+        drop()
