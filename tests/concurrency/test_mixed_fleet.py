@@ -268,10 +268,10 @@ def _rewrite_shared(client: Client, providers, consumer: str, ledger: Ledger, rn
 
 def _worker(client: Client, providers, shared, ledger: Ledger, deadline: float, seed: int) -> None:
     rng = random.Random(seed)
-    mine: list[str] = []  # the claims this thread keeps for a while; the oldest go back
+    mine: list[str] = []  # the claims this thread keeps until its next step
     while time.monotonic() < deadline:
         try:
-            while len(mine) > 2:
+            while mine:
                 _give_back(client, mine.pop(0), ledger, rng)
             action = rng.random()
             if action < 0.5:
