@@ -135,6 +135,7 @@ class Ledger:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     held: dict[str, dict] = field(default_factory=dict)
+    writer: dict[str, str] = field(default_factory=dict)      # consumer -> server and kind of write
     released: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)
     chains: dict[str, list[tuple[int | None, dict, str]]] = field(
@@ -166,12 +167,16 @@ def _reference_defect(client: Client, response: requests.Response) -> bool:
 
 
 def _retrying(client: Client, ledger: Ledger, what: str, method: str, path: str, body: dict,
-              version: str = "1.28") -> int:
-    """Send a write; on 409 concurrent_update send it again (a few times), as nova does."""
+              version: str = "1.28", allowed: tuple[int, ...] = (204, 409)) -> int:
+    """Send a write; on 409 concurrent_update send it again (a few times), as nova does.
+
+    Any other answer outside ``allowed`` is unexpected.
+    """
     for _ in range(RETRIES):
         response = client.call(method, path, body, version)
-        status = ledger.answer(what, client, response, (204, 409))
-        if status != 409 or _code(response) != "placement.concurrent_update":
+        concurrent = response.status_code == 409 and _code(response) == "placement.concurrent_update"
+        status = ledger.answer(what, client, response, allowed + ((409,) if concurrent else ()))
+        if not concurrent:
             return status
         with ledger.lock:
             ledger.statuses[(client.name, what, "retried")] += 1
@@ -186,7 +191,8 @@ def _claim(providers: list[str], rng: random.Random) -> dict:
 
 def _new_consumer(client: Client, providers, ledger: Ledger, rng: random.Random, mine: list) -> None:
     consumer, allocations = _uuid(), _claim(providers, rng)
-    if rng.random() < 0.3:
+    version_new = rng.random() >= 0.3
+    if not version_new:
         # Before 1.28: no consumer generation in the body.
         status = _retrying(client, ledger, "claim@1.12", "PUT", f"/allocations/{consumer}",
                            {"allocations": allocations, "project_id": PROJECT, "user_id": USER}, "1.12")
@@ -199,6 +205,7 @@ def _new_consumer(client: Client, providers, ledger: Ledger, rng: random.Random,
         return
     with ledger.lock:
         ledger.held[consumer] = allocations
+        ledger.writer[consumer] = f"{client.name} {'claim' if version_new else 'claim@1.12'}"
     roll = rng.random()
     if roll < 0.4:
         _give_back(client, consumer, ledger, rng)
@@ -215,6 +222,7 @@ def _two_consumers(client: Client, providers, ledger: Ledger, rng: random.Random
     with ledger.lock:
         if status == 204:
             ledger.held.update(pair)
+            ledger.writer.update({c: f"{client.name} post" for c in pair})
         else:
             ledger.refused.update(pair)
     if status == 204:
@@ -237,6 +245,7 @@ def _move(client: Client, providers, consumer: str, allocations: dict, ledger: L
             del ledger.held[consumer]
             ledger.released.add(consumer)
             ledger.held[target] = moved
+            ledger.writer[target] = f"{client.name} move"
             return target
         ledger.refused.add(target)
         return consumer
@@ -244,11 +253,14 @@ def _move(client: Client, providers, consumer: str, allocations: dict, ledger: L
 
 def _give_back(client: Client, consumer: str, ledger: Ledger, rng: random.Random) -> None:
     if rng.random() < 0.5:
-        response = client.call("DELETE", f"/allocations/{consumer}")
+        status = ledger.answer("give back", client, client.call("DELETE", f"/allocations/{consumer}"), (204,))
     else:
-        response = client.call("PUT", f"/allocations/{consumer}", _body({}, 1))
-    # Only this thread knows the consumer: giving it back must succeed.
-    if ledger.answer("give back", client, response, (204,)) == 204:
+        status = _retrying(client, ledger, "give back", "PUT", f"/allocations/{consumer}", _body({}, 1),
+                           allowed=(204,))
+    # Only this thread knows the consumer: giving it back succeeds, or
+    # (still 409 concurrent_update after the retries: starved by the other
+    # writers) leaves the claim in place, as checked afterwards.
+    if status == 204:
         with ledger.lock:
             del ledger.held[consumer]
             ledger.released.add(consumer)
@@ -264,6 +276,25 @@ def _rewrite_shared(client: Client, providers, consumer: str, ledger: Ledger, rn
     if ledger.answer("rewrite shared", client, response, (204, 409)) == 204:
         with ledger.lock:
             ledger.chains[consumer].append((generation, allocations, client.name))
+            ledger.writer[consumer] = f"{client.name} rewrite"
+
+
+def _watch(db: Database, stop: threading.Event, crossings: list) -> None:
+    """Sample the allocations while the race runs; when a provider goes over
+    capacity, note the rows that appeared since the sample before: the writes
+    that pushed it over (their writers are looked up afterwards)."""
+    before: set[tuple] = set()
+    while not stop.is_set():
+        rows = set(_rows(db))
+        sums = collections.defaultdict(int)
+        for _consumer, rp, name, used in rows:
+            sums[(rp, name)] += used
+        for (rp, name), used in sums.items():
+            if used > CAPACITY[name] and not any(c[0] == (rp, name) for c in crossings):
+                crossings.append(((rp, name), used, sorted(row for row in rows - before
+                                                           if (row[1], row[2]) == (rp, name))))
+        before = rows
+        time.sleep(0.02)
 
 
 def _worker(client: Client, providers, shared, ledger: Ledger, deadline: float, seed: int) -> None:
@@ -367,11 +398,20 @@ def test_mixed_fleet_never_over_allocates_nor_loses_writes(fleet_database, tmp_p
         threads = [threading.Thread(target=_worker, args=(
             Client(clients[i % len(clients)].base, clients[i % len(clients)].name),
             providers, shared, ledger, deadline, i)) for i in range(CLIENT_THREADS)]
+        stop, crossings = threading.Event(), []
+        watcher = threading.Thread(target=_watch, args=(db, stop, crossings))
+        watcher.start()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=RACE_SECONDS + 180)
+        stop.set()
+        watcher.join()
         assert not any(thread.is_alive() for thread in threads), "a client thread hung"
+        for (rp, name), used, new_rows in crossings:
+            print(f"\n[{BACKEND} {PAIR}] {rp} {name} went over capacity ({used} > {CAPACITY[name]}) with: "
+                  + ", ".join(f"{consumer} {amount} by {ledger.writer.get(consumer, '?')}"
+                              for consumer, _rp, _name, amount in new_rows))
         _verify(db, clients, providers, shared, ledger)
         print(f"[{BACKEND} {PAIR}] {time.monotonic() - started:.0f}s in all")
     finally:
@@ -413,7 +453,8 @@ def _verify(db: Database, clients: list[Client], providers, shared, ledger: Ledg
         sums[(rp, name)] += used
     # Capacity first: over-allocation is the worst failure, report it even
     # when something else went wrong too.
-    over = [f"{rp} {name}: {sums[(rp, name)]} > {CAPACITY[name]}"
+    over = [f"{rp} {name}: {sums[(rp, name)]} > {CAPACITY[name]}; held by "
+            + ", ".join(f"{used} {ledger.writer.get(c, 'setup')}" for c, p, n, used in rows if (p, n) == (rp, name))
             for rp in providers for name in INVENTORY if sums[(rp, name)] > CAPACITY[name]]
     assert over == [], "over capacity:\n" + "\n".join(over)
     assert not ledger.unexpected, "unexpected answers:\n" + "\n".join(ledger.unexpected[:20])
