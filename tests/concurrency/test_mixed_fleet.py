@@ -34,10 +34,12 @@ re-reads the consumer and goes on from that generation, whatever the client
 sent), and on PostgreSQL it can answer 500 there (``InFailedSqlTransaction``);
 such a 500 is reported, and the request must have written nothing.
 
+A watcher samples the allocations (SQL, every few milliseconds) during the
+race and names the writes that took a provider over capacity, if any.
 Afterwards, from SQL and through both APIs:
 
 * no provider holds more than ``(total - reserved) * allocation_ratio`` of
-  any class;
+  any class, at the end nor in any sample taken during the race;
 * every 2xx claim is there exactly once with its amounts (also as both
   servers show it), every refused or given-back one is absent;
 * the successful rewrites of each shared consumer form one unbroken chain of
@@ -408,11 +410,14 @@ def test_mixed_fleet_never_over_allocates_nor_loses_writes(fleet_database, tmp_p
         stop.set()
         watcher.join()
         assert not any(thread.is_alive() for thread in threads), "a client thread hung"
-        for (rp, name), used, new_rows in crossings:
-            print(f"\n[{BACKEND} {PAIR}] {rp} {name} went over capacity ({used} > {CAPACITY[name]}) with: "
-                  + ", ".join(f"{consumer} {amount} by {ledger.writer.get(consumer, '?')}"
-                              for consumer, _rp, _name, amount in new_rows))
+        seen_over = [f"{rp} {name} went over capacity ({used} > {CAPACITY[name]}) with: "
+                     + ", ".join(f"{consumer} {amount} by {ledger.writer.get(consumer, '?')}"
+                                 for consumer, _rp, _name, amount in new_rows)
+                     for (rp, name), used, new_rows in crossings]
+        for line in seen_over:
+            print(f"\n[{BACKEND} {PAIR}] {line}")
         _verify(db, clients, providers, shared, ledger)
+        assert seen_over == [], "over capacity during the race:\n" + "\n".join(seen_over)
         print(f"[{BACKEND} {PAIR}] {time.monotonic() - started:.0f}s in all")
     finally:
         for live, _name in servers:
