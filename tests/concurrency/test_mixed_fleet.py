@@ -27,12 +27,27 @@ the two servers, race for them:
   ``PUT`` with the generation);
 * rewrites of a few shared consumers under the generation just read.
 
-The shared consumers are created before the race.  Racing to *create* one
-consumer is not tested: Placement 16.0.0 itself can let two such requests
-both succeed (when its INSERT of the consumer hits the other's row it
-re-reads the consumer and goes on from that generation, whatever the client
-sent), and on PostgreSQL it can answer 500 there (``InFailedSqlTransaction``);
-such a 500 is reported, and the request must have written nothing.
+The shared consumers are created before the race: racing to *create* one
+consumer is the second test's subject.
+
+What the reference itself does wrong under this race (Placement 16.0.0, read
+from its behaviour and code; not Allotment's to fix):
+
+* it over-allocates, on PostgreSQL and MariaDB, also with two reference
+  servers and no Allotment: after a provider generation conflict it retries
+  the write inside the same transaction, where its own first attempt's rows
+  count as the provider's "previous usage", so an over-capacity claim passes
+  as "reducing an existing overage";
+* when its INSERT of a new consumer meets another request's row, it re-reads
+  the consumer and goes on from that generation, whatever the client sent:
+  both creators of one consumer can succeed;
+* on PostgreSQL it can answer 500 (``InFailedSqlTransaction``) after such a
+  failed statement; such a 500 is reported, and must have written nothing.
+
+So the race test is marked xfail when the only writes that took a provider
+over capacity were the reference's (the watcher below names them), and the
+creation test when the reference let both creators succeed; either still
+fails on anything Allotment did.
 
 A watcher samples the allocations (SQL, every few milliseconds) during the
 race and names the writes that took a provider over capacity, if any.
@@ -416,8 +431,14 @@ def test_mixed_fleet_never_over_allocates_nor_loses_writes(fleet_database, tmp_p
                      for (rp, name), used, new_rows in crossings]
         for line in seen_over:
             print(f"\n[{BACKEND} {PAIR}] {line}")
-        _verify(db, clients, providers, shared, ledger)
-        assert seen_over == [], "over capacity during the race:\n" + "\n".join(seen_over)
+        over_at_end = _verify(db, clients, providers, shared, ledger)
+        problems = seen_over + list(over_at_end.values())
+        culprits = {ledger.writer.get(consumer, "?").split()[0]
+                    for _key, _used, new_rows in crossings for consumer, *_ in new_rows}
+        if (problems and culprits and all(name.startswith("reference") for name in culprits)
+                and set(over_at_end) <= {key for key, _used, _rows in crossings}):
+            pytest.xfail("Placement 16.0.0 itself over-allocated (see the module doc):\n" + "\n".join(problems))
+        assert problems == [], "over capacity:\n" + "\n".join(problems)
         print(f"[{BACKEND} {PAIR}] {time.monotonic() - started:.0f}s in all")
     finally:
         for live, _name in servers:
@@ -446,7 +467,8 @@ def _as_rows(consumer: str, allocations: dict) -> set[tuple]:
             for name, amount in entry["resources"].items()}
 
 
-def _verify(db: Database, clients: list[Client], providers, shared, ledger: Ledger) -> None:
+def _verify(db: Database, clients: list[Client], providers, shared, ledger: Ledger) -> dict:
+    """Check everything but capacity; returns the providers and classes over capacity at the end."""
     if ledger.defects:
         print(f"\n[{BACKEND} {PAIR}] the reference's own 500s (nothing written):\n" + "\n".join(ledger.defects))
     print(f"\n[{BACKEND} {PAIR}] answers: "
@@ -456,12 +478,10 @@ def _verify(db: Database, clients: list[Client], providers, shared, ledger: Ledg
     sums = collections.defaultdict(int)
     for _consumer, rp, name, used in rows:
         sums[(rp, name)] += used
-    # Capacity first: over-allocation is the worst failure, report it even
-    # when something else went wrong too.
-    over = [f"{rp} {name}: {sums[(rp, name)]} > {CAPACITY[name]}; held by "
-            + ", ".join(f"{used} {ledger.writer.get(c, 'setup')}" for c, p, n, used in rows if (p, n) == (rp, name))
-            for rp in providers for name in INVENTORY if sums[(rp, name)] > CAPACITY[name]]
-    assert over == [], "over capacity:\n" + "\n".join(over)
+    # Capacity is judged by the caller (with what the watcher saw); the
+    # other checks hold whatever it finds.
+    over = {(rp, name): f"{rp} {name}: {sums[(rp, name)]} > {CAPACITY[name]} at the end"
+            for rp in providers for name in INVENTORY if sums[(rp, name)] > CAPACITY[name]}
     assert not ledger.unexpected, "unexpected answers:\n" + "\n".join(ledger.unexpected[:20])
     claims = {what: sum(n for (_, w, s), n in ledger.statuses.items() if w == what and s == 204)
               for what in ("claim", "claim@1.12", "post", "move")}
@@ -517,3 +537,76 @@ def _verify(db: Database, clients: list[Client], providers, shared, ledger: Ledg
         for consumer in gone:
             assert client.call("GET", f"/allocations/{consumer}").json()["allocations"] == {}, \
                 (client.name, consumer)
+    return over
+
+
+def _stop_after(deadline: float) -> None:
+    """A barrier action: past the deadline, break the barrier (its waiters stop)."""
+    if time.monotonic() > deadline:
+        raise TimeoutError("the race is over")
+
+
+def test_racing_creations_of_one_consumer(fleet_database, tmp_path):
+    """Two clients, one per server, create the same consumer at the same moment
+    (consumer_generation null at 1.28): at most one may succeed.
+
+    Allotment can never be the second to succeed (its INSERT of the consumer
+    meets the other's row and the request ends in 409), so with two Allotment
+    servers a double success fails the test.  The reference can (see the
+    module doc); when it takes part, double successes are reported and the
+    test is marked xfail, after checking that the database still holds
+    exactly one consumer record and one set of allocations for each.
+    """
+    servers = []
+    db = Database(fleet_database)
+    try:
+        for index, kind in enumerate(KINDS):
+            servers.append(_start(kind, fleet_database, tmp_path / f"server{index}", index))
+        clients = [Client(live.url, name) for live, name in servers]
+        providers = _seed(clients[0], Ledger())
+        results: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        lock = threading.Lock()
+        deadline = time.monotonic() + RACE_SECONDS / 2
+
+        def racer(client: Client, barrier: threading.Barrier, names: list[str], seed: int) -> None:
+            rng = random.Random(seed)
+            for consumer in names:
+                allocations = {rng.choice(providers): {"resources": {"VCPU": 1, "MEMORY_MB": 64}}}
+                try:
+                    barrier.wait(timeout=60)
+                except (threading.BrokenBarrierError, TimeoutError):
+                    return
+                status = client.call("PUT", f"/allocations/{consumer}", _body(allocations, None)).status_code
+                with lock:
+                    results[consumer].append((client.name, status))
+
+        pairs = []
+        for pair in range(4):
+            names = [_uuid() for _ in range(400)]
+            barrier = threading.Barrier(2, action=lambda: _stop_after(deadline))
+            pairs += [threading.Thread(target=racer, args=(Client(c.base, c.name), barrier, names, pair * 2 + i))
+                      for i, c in enumerate(clients)]
+        for thread in pairs:
+            thread.start()
+        for thread in pairs:
+            thread.join(timeout=RACE_SECONDS + 120)
+        assert not any(thread.is_alive() for thread in pairs), "a client thread hung"
+    finally:
+        for live, _name in servers:
+            live.stop()
+    rows, records = _rows(db), _consumer_records(db)
+    db.dispose()
+    statuses = collections.Counter(status for answers in results.values() for _, status in answers)
+    print(f"\n[{BACKEND} {PAIR}] creations: {len(results)} consumers, answers {dict(statuses)}")
+    unexpected = [(c, a) for c, a in results.items() for _, s in a if s not in (204, 409, 500)]
+    assert unexpected == []
+    keys = collections.Counter((consumer, rp, name) for consumer, rp, name, _used in rows)
+    assert [key for key, n in keys.items() if n > 1] == []
+    won = {c for c, answers in results.items() if any(s == 204 for _, s in answers)}
+    assert won <= set(records) and won <= {consumer for consumer, *_ in rows}
+    assert not ({c for c in results if c not in won} & set(records)), "a refused creation left a record"
+    doubles = {c: a for c, a in results.items() if sum(s == 204 for _, s in a) > 1}
+    if doubles and "reference" in KINDS:
+        pytest.xfail(f"the reference let both creators of {len(doubles)} of {len(results)} consumers succeed, "
+                     f"e.g. {next(iter(doubles.items()))}")
+    assert doubles == {}, f"both creators succeeded: {list(doubles.items())[:5]}"
