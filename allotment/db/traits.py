@@ -184,6 +184,17 @@ def set_provider_traits(conn: Connection, uuid: str, names: list[str], generatio
     traits = _resolve(conn, names)
     wanted = {trait.id for trait in traits}
     if wanted == _current_ids(conn, provider_id):
+        # Nothing to change; answer it only if the provider is still at the
+        # generation the client named.  The first read may predate a writer
+        # that has since committed these very traits (PostgreSQL reads each
+        # statement afresh): read the generation again under a row lock,
+        # which sees the latest commit, so that writer wins and this is 409.
+        locked = conn.execute(
+            sa.select(RP.c.generation).where(RP.c.id == provider_id).with_for_update()
+        ).scalar_one()
+        if locked != generation:
+            raise ConcurrentUpdate("Resource provider's generation already changed. "
+                                   "Please update the generation and try again.")
         return ProviderTraits(generation, traits)
     new_generation = bump_provider(conn, provider_id, generation, uuid=uuid)
     _replace_associations(conn, provider_id, wanted)
