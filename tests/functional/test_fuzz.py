@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -36,21 +37,41 @@ def _load_tool():
     return module
 
 
+def _tool_crashed(text: str) -> bool:
+    """schemathesis stopped on an error of its own while generating cases
+    (seen: hypothesis failing to describe one of schemathesis's lambdas),
+    not on anything our server answered: no failure was reported and the
+    only errors are runtime errors raised inside schemathesis/hypothesis."""
+    counted = re.search(r"(\d+) generated, (\d+) passed", text)
+    return (counted is not None and counted.group(1) == counted.group(2)
+            and "Runtime Error" in text and "Failures:" not in text
+            and ("site-packages/schemathesis/" in text or "site-packages/hypothesis/" in text))
+
+
 def test_a_short_fuzz_run_finds_no_server_error_and_no_malformed_error(tmp_path):
     fuzz = _load_tool()
-    version, seed = random.choice(VERSIONS), random.randrange(2 ** 32)
-    database = fuzz.Database("sqlite", tmp_path)
-    server = fuzz.Server(database.url, tmp_path)
-    output = tmp_path / "schemathesis.out"
-    try:
-        with open(output, "w") as out:
-            status = fuzz.schemathesis(server.url, version, max_examples=5, seed=seed, workdir=tmp_path,
-                                       phases="coverage", output=out)
-        counts = server.statuses()
-    finally:
-        server.stop()
-    replay = f"tools/fuzz --microversion {version} --seed {seed} --max-examples 5 --phases coverage"
-    assert status == 0, f"{replay}\n{output.read_text()[-6000:]}"
-    server_errors = {code: n for code, n in counts.items() if isinstance(code, int) and code >= 500}
-    assert not server_errors, f"{replay}: {server_errors}\n{server.log()[-6000:]}"
-    assert sum(counts.values()) > 300, counts  # it did send requests
+    # A run the tool itself broke off is tried again with another seed (at
+    # most twice): it says nothing about the server either way.
+    for attempt in range(3):
+        version, seed = random.choice(VERSIONS), random.randrange(2 ** 32)
+        workdir = tmp_path / f"attempt{attempt}"
+        workdir.mkdir()
+        database = fuzz.Database("sqlite", workdir)
+        server = fuzz.Server(database.url, workdir)
+        output = workdir / "schemathesis.out"
+        try:
+            with open(output, "w") as out:
+                status = fuzz.schemathesis(server.url, version, max_examples=5, seed=seed, workdir=workdir,
+                                           phases="coverage", output=out)
+            counts = server.statuses()
+        finally:
+            server.stop()
+        replay = f"tools/fuzz --microversion {version} --seed {seed} --max-examples 5 --phases coverage"
+        server_errors = {code: n for code, n in counts.items() if isinstance(code, int) and code >= 500}
+        assert not server_errors, f"{replay}: {server_errors}\n{server.log()[-6000:]}"
+        text = output.read_text()
+        if status != 0 and _tool_crashed(text) and attempt < 2:
+            continue
+        assert status == 0, f"{replay}\n{text[-6000:]}"
+        assert sum(counts.values()) > 300, counts  # it did send requests
+        break
