@@ -22,7 +22,20 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from generator import Generator, Profile
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = Path(os.environ.get("ALLOTMENT_REFERENCE_SERVE", REPO.parent / "shared" / "reference" / "serve"))
+
+
+def _reference_serve() -> Path:
+    """The reference's launcher: explicit override, beside the checkout, or
+    /work/shared (where tools/conformance also looks: a clone elsewhere)."""
+    if os.environ.get("ALLOTMENT_REFERENCE_SERVE"):
+        return Path(os.environ["ALLOTMENT_REFERENCE_SERVE"])
+    for candidate in (REPO.parent / "shared" / "reference" / "serve", Path("/work/shared/reference/serve")):
+        if candidate.exists():
+            return candidate
+    return REPO.parent / "shared" / "reference" / "serve"
+
+
+REFERENCE = _reference_serve()
 # DIFFTEST_PORTS=LOW-HIGH: the ports servers may use (parallel runs on a shared machine).
 _LOW, _HIGH = (int(x) for x in os.environ.get("DIFFTEST_PORTS", "22000-22999").split("-"))
 PORTS = range(_LOW, _HIGH + 1)
