@@ -86,6 +86,7 @@ from allotment.db import tables
 from allotment.db.engine import Database
 from tests import reference
 from tests.conftest import BACKEND
+from tests.concurrency.test_claim_race import _as_rows, _consumer_records, _rows
 from tests.functional.test_server import LiveServer, allotment_command, clean_env, run_allotment, write_config
 
 if os.environ.get("ALLOTMENT_MIXED_FLEET") != "1":
@@ -447,24 +448,7 @@ def test_mixed_fleet_never_over_allocates_nor_loses_writes(fleet_database, tmp_p
 
 
 # -- the checks --------------------------------------------------------------
-
-
-def _rows(db: Database) -> list[tuple]:
-    a, rp, rc = tables.allocations, tables.resource_providers, tables.resource_classes
-    with db.read() as conn:
-        return conn.execute(sa.select(a.c.consumer_id, rp.c.uuid, rc.c.name, a.c.used)
-                            .join(rp, rp.c.id == a.c.resource_provider_id)
-                            .join(rc, rc.c.id == a.c.resource_class_id)).all()
-
-
-def _consumer_records(db: Database) -> dict[str, int]:
-    with db.read() as conn:
-        return dict(conn.execute(sa.select(tables.consumers.c.uuid, tables.consumers.c.generation)).all())
-
-
-def _as_rows(consumer: str, allocations: dict) -> set[tuple]:
-    return {(consumer, rp, name, amount) for rp, entry in allocations.items()
-            for name, amount in entry["resources"].items()}
+# Rows, consumer records and the row form of an answer: the claim-race test's own helpers.
 
 
 def _verify(db: Database, clients: list[Client], providers, shared, ledger: Ledger) -> dict:
