@@ -289,7 +289,8 @@ COMMANDS: dict[str, tuple[Callable, Callable, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     # Subcommands added by other modules register on import.
-    for module in ("allotment.reshape_cli", "allotment.explain_cli", "allotment.openapi_cli"):
+    for module in ("allotment.reshape_cli", "allotment.explain_cli", "allotment.openapi_cli",
+                   "allotment.copy_cli"):
         try:
             __import__(module)
         except ModuleNotFoundError as error:

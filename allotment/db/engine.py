@@ -63,7 +63,8 @@ def normalize_url(url: str) -> sa.engine.URL:
 def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
                   pool_timeout: int | None = None, recycle: int = 3600,
                   sqlite_synchronous: bool = True, mysql_sql_mode: str | None = "TRADITIONAL",
-                  echo: bool = False) -> Engine:
+                  echo: bool = False, sqlite_wal: bool = True) -> Engine:
+    """``sqlite_wal=False`` leaves a SQLite file's journal mode as it is (a copy's source)."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     kwargs: dict = {"future": True, "echo": echo}
@@ -77,7 +78,7 @@ def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
             kwargs["pool_timeout"] = pool_timeout
     engine = sa.create_engine(parsed, **kwargs)
     if backend == "sqlite":
-        _setup_sqlite(engine, sqlite_synchronous)
+        _setup_sqlite(engine, sqlite_synchronous, sqlite_wal)
     else:
         _ping_idle_connections(engine)
         if backend == "mysql" and mysql_sql_mode:
@@ -116,7 +117,7 @@ def _ping_idle_connections(engine: Engine) -> None:
         record.info[_LAST_USED] = time.monotonic()
 
 
-def _setup_sqlite(engine: Engine, synchronous: bool) -> None:
+def _setup_sqlite(engine: Engine, synchronous: bool, wal: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # pragma: no cover - exercised by every test
         # Let SQLAlchemy, not pysqlite, decide when transactions begin.
@@ -124,10 +125,11 @@ def _setup_sqlite(engine: Engine, synchronous: bool) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")
-        except Exception:  # read-only media or :memory: keep their mode
-            pass
+        if wal:
+            try:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            except Exception:  # read-only media or :memory: keep their mode
+                pass
         cursor.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous else 'OFF'}")
         cursor.close()
 

@@ -28,8 +28,8 @@ from sqlalchemy.engine import Connection, Engine
 from allotment.db import reference_layout
 from allotment.db.reference_layout import SchemaNotReady
 
-__all__ = ["SchemaNotReady", "current_revision", "head_revision", "placement_revision", "upgrade",
-           "status"]
+__all__ = ["SchemaNotReady", "allotment_revision", "create_in", "current_revision", "head_revision",
+           "is_known_revision", "placement_revision", "upgrade", "status"]
 
 LOG = logging.getLogger(__name__)
 _HERE = os.path.join(os.path.dirname(__file__), "migrations")
@@ -50,11 +50,23 @@ def head_revision() -> str:
 VERSION_TABLE = "allotment_version"
 
 
+def allotment_revision(conn: Connection) -> str | None:
+    """Allotment's revision (``allotment_version``) seen on ``conn``; None before the first sync."""
+    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+
 def current_revision(engine: Engine) -> str | None:
     """Allotment's revision (``allotment_version``); None before the first sync."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}
-                                          ).get_current_revision()
+        return allotment_revision(conn)
+
+
+def is_known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this Allotment's (a newer Allotment's is not)."""
+    try:
+        return ScriptDirectory.from_config(_alembic_config()).get_revision(revision) is not None
+    except Exception:  # alembic raises its own errors for unknown or malformed ids
+        return False
 
 
 def placement_revision(engine: Engine) -> str | None:
@@ -136,6 +148,19 @@ def _migration_transaction(engine: Engine) -> Iterator[Connection]:
                 conn.commit()
 
 
+def create_in(conn: Connection) -> None:
+    """Bring the schema to head on ``conn``, inside the caller's transaction.
+
+    What ``upgrade`` does once it holds the migration lock; ``allotment db
+    copy`` lays out its empty target this way, in the transaction that then
+    copies the rows.
+    """
+    adopted = reference_layout.adopt(conn)
+    if adopted is not None and adopted != reference_layout.HEAD:
+        LOG.info("Placement schema brought from %s to %s", adopted, reference_layout.HEAD)
+    command.upgrade(_alembic_config(conn), "head")
+
+
 def upgrade(engine: Engine) -> str:
     """Bring the schema to head; returns Allotment's revision now in place.
 
@@ -147,10 +172,7 @@ def upgrade(engine: Engine) -> str:
         return head
     try:
         with _migration_transaction(engine) as conn:
-            adopted = reference_layout.adopt(conn)
-            if adopted is not None and adopted != reference_layout.HEAD:
-                LOG.info("Placement schema brought from %s to %s", adopted, reference_layout.HEAD)
-            command.upgrade(_alembic_config(conn), "head")
+            create_in(conn)
     except SchemaNotReady:
         raise
     except Exception:

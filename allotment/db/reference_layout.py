@@ -83,8 +83,8 @@ def allocations_without_consumer(conn: Connection) -> int:
         .where(consumers.c.id.is_(None))).scalar_one()
 
 
-def pending_online_migrations(conn: Connection) -> str | None:
-    """Why the layout cannot be reached before online data migrations, or None."""
+def incomplete_data(conn: Connection) -> str | None:
+    """What the online data migrations would complete (one phrase), or None."""
     found = []
     left = providers_without_root(conn)
     if left:
@@ -92,9 +92,15 @@ def pending_online_migrations(conn: Connection) -> str | None:
     left = allocations_without_consumer(conn)
     if left:
         found.append(f"{left} allocations have no consumer record")
+    return "; ".join(found) or None
+
+
+def pending_online_migrations(conn: Connection) -> str | None:
+    """Why the layout cannot be reached before online data migrations, or None."""
+    found = incomplete_data(conn)
     if not found:
         return None
-    return "; ".join(found) + f": run '{ONLINE_MIGRATIONS}', then sync again"
+    return found + f": run '{ONLINE_MIGRATIONS}', then sync again"
 
 
 def state(conn: Connection) -> str:
@@ -237,11 +243,23 @@ def _convert_legacy(conn: Connection) -> None:
         table.create(conn)
         if rows[table.name]:
             conn.execute(sa.insert(table), rows[table.name])
-    if backend == "postgresql":
-        for table in order:
-            if "id" in table.c and table.c.id.autoincrement is True:
-                conn.exec_driver_sql(
-                    f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-                    f"COALESCE((SELECT MAX(id) FROM {table.name}), 0) + 1, false)")
+    restart_id_sequences(conn)
     if backend == "mysql":
         conn.exec_driver_sql("SET SESSION foreign_key_checks = 1")
+
+
+def restart_id_sequences(conn: Connection) -> None:
+    """PostgreSQL: each ``id`` sequence to follow the highest id in its table.
+
+    Rows inserted with their ids given (a rebuilt table, a copied database)
+    leave a sequence where it was, and the next row the API creates would
+    collide with a copied one.  (MySQL/MariaDB and SQLite move their counters
+    past explicitly inserted ids themselves.)
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    for table in tables.metadata.sorted_tables:
+        if "id" in table.c and table.c.id.autoincrement is True:
+            conn.exec_driver_sql(
+                f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
+                f"COALESCE((SELECT MAX(id) FROM {table.name}), 0) + 1, false)")

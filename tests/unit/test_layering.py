@@ -19,7 +19,7 @@ import allotment
 PACKAGE = Path(allotment.__file__).parent
 ENTRY_POINTS = {"allotment.cli", "allotment.service", "allotment.server", "allotment.wsgi",
                 "allotment.direct", "allotment.reshape_cli", "allotment.explain_cli",
-                "allotment.openapi_cli"}
+                "allotment.openapi_cli", "allotment.copy_cli"}
 #: What each inner layer may not import.
 FORBIDDEN = {
     "allotment.domain": ENTRY_POINTS | {"allotment.api", "allotment.db"},
