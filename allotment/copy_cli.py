@@ -23,6 +23,7 @@ from allotment.db import copy as db_copy
 BAR_WIDTH = 24
 #: Redraw a bar at most this often (seconds).
 REDRAW_EVERY = 0.1
+DONE = {"copy": "copied", "verify": "verified"}
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,8 +46,8 @@ class Bar:
     def __init__(self, stream: TextIO):
         self.stream = stream
 
-    def start(self, table: str, total: int) -> None:
-        self.table, self.total, self.done = table, total, 0
+    def start(self, table: str, total: int, phase: str = "copy") -> None:
+        self.table, self.total, self.done, self.phase = table, total, 0, phase
         self.began = self.drawn = time.monotonic()
         self._draw()
 
@@ -66,7 +67,7 @@ class Bar:
     def _draw(self) -> None:
         self.drawn = time.monotonic()
         filled = BAR_WIDTH if not self.total else BAR_WIDTH * self.done // self.total
-        self.stream.write(f"\r{self.table:<28} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
+        self.stream.write(f"\r{self.phase:<6} {self.table:<28} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
                           f"{self.done:>9}/{self.total:<9} {self._rate():>9.0f} rows/s")
         self.stream.flush()
 
@@ -74,8 +75,8 @@ class Bar:
 class Lines(Bar):
     """Not a terminal: a plain line when each table is done."""
 
-    def start(self, table: str, total: int) -> None:
-        self.table, self.total, self.done = table, total, 0
+    def start(self, table: str, total: int, phase: str = "copy") -> None:
+        self.table, self.total, self.done, self.phase = table, total, 0, phase
         self.began = time.monotonic()
 
     def advance(self, rows: int) -> None:
@@ -83,7 +84,7 @@ class Lines(Bar):
 
     def finish(self) -> None:
         seconds = time.monotonic() - self.began
-        self.stream.write(f"copied {self.table}: {self.done} rows in {seconds:.1f} s "
+        self.stream.write(f"{DONE[self.phase]} {self.table}: {self.done} rows in {seconds:.1f} s "
                           f"({self._rate():.0f} rows/s)\n")
         self.stream.flush()
 

@@ -63,7 +63,8 @@ class CopyError(Exception):
 class Progress(Protocol):
     """Told how the copy advances (the command line draws a bar from it)."""
 
-    def start(self, table: str, total: int) -> None: ...
+    def start(self, table: str, total: int, phase: str = "copy") -> None:
+        """``phase``: "copy" (source to target) or "verify" (reading the target back)."""
 
     def advance(self, rows: int) -> None: ...
 
@@ -71,7 +72,7 @@ class Progress(Protocol):
 
 
 class _Silent:
-    def start(self, table: str, total: int) -> None:
+    def start(self, table: str, total: int, phase: str = "copy") -> None:
         pass
 
     def advance(self, rows: int) -> None:
@@ -161,11 +162,16 @@ def _ordered(table: sa.Table) -> sa.Select:
     return sa.select(*table.c).order_by(*table.primary_key.columns)
 
 
-def table_checksum(conn: Connection, table: sa.Table, batch_size: int = DEFAULT_BATCH_SIZE) -> Checksum:
+def table_checksum(conn: Connection, table: sa.Table, batch_size: int = DEFAULT_BATCH_SIZE,
+                   progress: Progress | None = None, total: int = 0) -> Checksum:
+    progress = progress or _Silent()
+    progress.start(table.name, total, "verify")
     checksum = Checksum()
     result = conn.execution_options(stream_results=True, yield_per=batch_size).execute(_ordered(table))
     for batch in result.partitions(batch_size):
         checksum.add(batch)
+        progress.advance(len(batch))
+    progress.finish()
     return checksum
 
 
@@ -414,7 +420,8 @@ def copy(source_url: str, target_url: str, *, batch_size: int = DEFAULT_BATCH_SI
                     _set_versions(tgt, *source_versions)
                     reference_layout.restart_id_sequences(tgt)
                     outcome = Outcome(
-                        [_check(table.name, sums[table.name], table_checksum(tgt, table, batch_size))
+                        [_check(table.name, sums[table.name],
+                                table_checksum(tgt, table, batch_size, progress, totals[table.name]))
                          for table in COPIED], source_versions, versions(tgt))
                     if outcome.ok:
                         transaction.commit()

@@ -174,7 +174,7 @@ def test_copy_keeps_every_row_and_answer(source, target, tmp_path, capsys):
     assert "MISMATCH" not in out and out.count(" ok\n") == 14, out
     # Not a terminal: one line per table on stderr, none for alembic's notes.
     assert [line.split(":")[0] for line in err.strip().splitlines()] == [
-        f"copied {table.name}" for table in db_copy.COPIED], err
+        f"{done} {table.name}" for done in ("copied", "verified") for table in db_copy.COPIED], err
 
     assert table_rows(target) == table_rows(url)
     assert versions(target) == versions(url) == (reference.HEAD, HEAD)
@@ -385,3 +385,41 @@ def test_verify_only_finds_a_tampered_copy(source, target, capsys):
     assert code == 1
     bad = [line.split()[0] for line in out.splitlines() if line.endswith("MISMATCH")]
     assert bad == ["allocations"], out
+
+
+def test_writes_to_a_live_source_during_the_copy_are_not_carried(source, target, monkeypatch, capsys):
+    """The source is read in one snapshot: a provider and an allocation written while the copy
+    runs are not in the target, and what was copied still verifies."""
+    url, asked = source
+    real = db_copy.insert_rows
+    written = []
+
+    def meanwhile(conn, table, rows):
+        if table.name == "consumers" and not written:
+            app, client = allotment_client(url)
+            try:
+                written.append(str(uuidlib.uuid4()))
+                assert client.post("/resource_providers", json={
+                    "name": "during-copy", "uuid": written[0]}).status == 200
+                assert client.put(f"/allocations/{uuidlib.uuid4()}", json={
+                    "allocations": {U["ss1"]: {"resources": {"DISK_GB": 10}}}, "project_id": "p",
+                    "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}).status == 204
+            finally:
+                app.db.dispose()
+        real(conn, table, rows)
+
+    before = answers(url, asked)
+    monkeypatch.setattr(db_copy, "insert_rows", meanwhile)
+    code, out, err = copy_cli(capsys, "--from", url, "--to", target)
+    assert code == 0, out + err
+    assert written and answers(target, asked) == before
+    app, client = allotment_client(target)
+    try:
+        assert client.get(f"/resource_providers/{written[0]}").status == 404
+    finally:
+        app.db.dispose()
+    app, client = allotment_client(url)
+    try:
+        assert client.get(f"/resource_providers/{written[0]}").status == 200
+    finally:
+        app.db.dispose()

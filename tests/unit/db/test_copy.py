@@ -61,17 +61,18 @@ def test_a_terminal_gets_a_bar_redrawn_in_place():
     shown = stream.getvalue()
     assert shown.endswith("\n") and shown.count("\r") >= 2
     last = shown.rstrip("\n").rsplit("\r", 1)[1]
-    assert last.startswith("allocations") and "[" + "#" * copy_cli.BAR_WIDTH + "]" not in last
+    assert last.startswith("copy   allocations") and "[" + "#" * copy_cli.BAR_WIDTH + "]" not in last
     assert "5/10" in last and last.endswith("rows/s")
 
 
 def test_elsewhere_one_line_per_table():
     stream = io.StringIO()
     progress = copy_cli.progress_for(stream)
-    for table, total in (("traits", 3), ("consumers", 0)):
-        progress.start(table, total)
+    for table, total, phase in (("traits", 3, "copy"), ("consumers", 0, "copy"), ("traits", 3, "verify")):
+        progress.start(table, total, phase)
         progress.advance(total)
         progress.finish()
     lines = stream.getvalue().splitlines()
-    assert [line.split(" rows in ")[0] for line in lines] == ["copied traits: 3", "copied consumers: 0"]
+    assert [line.split(" rows in ")[0] for line in lines] == [
+        "copied traits: 3", "copied consumers: 0", "verified traits: 3"]
     assert "\r" not in stream.getvalue()
