@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import io
 import os
 from typing import Iterator, Protocol
 
@@ -117,28 +118,40 @@ class Outcome:
 
 # -- checksums --------------------------------------------------------------
 
+def _datetime(value: datetime.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return value.isoformat(" ", "seconds")
+
+
+#: How each type the drivers return is written; looked up by exact type (the
+#: copy writes millions of values).
+_WRITTEN = {
+    type(None): lambda value: "\x00",
+    bool: lambda value: "1" if value else "0",
+    int: str,
+    str: str,
+    float: lambda value: format(value, ".6g"),
+    datetime.datetime: _datetime,
+    bytes: lambda value: value.decode("utf-8", "backslashreplace"),
+}
+
+
 def canonical(value) -> str:
     """A value as text, the same whichever backend stored and returned it.
 
     Floats to 6 significant digits: MySQL/MariaDB keep ``allocation_ratio``
     in a 4-byte FLOAT and return it rounded so.  Datetimes to the second, as
     naive UTC: MySQL/MariaDB ``DATETIME`` holds no fraction (the copy drops
-    it there), SQLite returns what it parsed from text.
+    it there), SQLite returns what it parsed from text.  NULL is a NUL
+    character, which no name or uuid holds.
     """
-    if value is None:
-        return "\\N"
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return format(value, ".6g")
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
+    written = _WRITTEN.get(type(value))
+    if written is not None:
+        return written(value)
+    for kind, written in _WRITTEN.items():  # subclasses (e.g. a driver's own int or str)
+        if kind is not type(None) and isinstance(value, kind):
+            return written(value)
     return str(value)
 
 
@@ -151,7 +164,7 @@ class Checksum:
 
     def add(self, rows) -> None:
         for row in rows:
-            self._hash.update(("\x1f".join(canonical(value) for value in row) + "\x1e").encode())
+            self._hash.update(("\x1f".join(map(canonical, row)) + "\x1e").encode())
         self.rows += len(rows)
 
     def hexdigest(self) -> str:
@@ -342,8 +355,42 @@ def _link_providers(conn: Connection, held: list[dict]) -> None:
 
 
 def insert_rows(conn: Connection, table: sa.Table, rows: list[dict]) -> None:
-    """One batch into the target (a seam the tests use to simulate a lossy copy)."""
-    conn.execute(sa.insert(table), rows)
+    """One batch into the target (a seam the tests use to simulate a lossy copy).
+
+    PostgreSQL through psycopg2 takes it with ``COPY``, several times faster
+    than ``INSERT``s there; the other backends with a multi-row ``INSERT``.
+    """
+    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg2":
+        _copy_into_postgresql(conn, table, rows)
+    else:
+        conn.execute(sa.insert(table), rows)
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value) -> str:
+    """A value in ``COPY``'s text format."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, str):
+        return value.translate(_COPY_ESCAPES)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(" ")
+    return str(value)
+
+
+def _copy_into_postgresql(conn: Connection, table: sa.Table, rows: list[dict]) -> None:
+    columns = list(table.c.keys())
+    data = io.StringIO("".join("\t".join([_copy_text(row[column]) for column in columns]) + "\n"
+                               for row in rows))
+    cursor = conn.connection.cursor()
+    try:
+        cursor.copy_expert(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN", data)
+    finally:
+        cursor.close()
 
 
 def copy_table(source: Connection, target: Connection, table: sa.Table, total: int,

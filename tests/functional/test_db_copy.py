@@ -45,10 +45,13 @@ STAMP = datetime.datetime(2024, 5, 6, 7, 8, 9, 654321)
 
 
 def _write_more(client) -> list[tuple[str, str]]:
-    """Rows the take-over data lacks: a ratio with no exact float, a re-parented provider."""
+    """Rows the take-over data lacks: a ratio with no exact float, a re-parented provider, an odd
+    name."""
     assert client.put(f"/resource_providers/{U['cn2']}/inventories/MEMORY_MB", json={
         "resource_provider_generation": 1, "total": 2048, "allocation_ratio": 1.1}).status == 200
-    assert client.post("/resource_providers", json={"name": "late", "uuid": LATE}).status == 200
+    # A name with what COPY, CSV or a terminal would trip on, and beyond ASCII.
+    assert client.post("/resource_providers", json={"name": "late\t\\N \\ 'x\"\n\u00fcml\u00e4ut \U0001f680",
+                                                    "uuid": LATE}).status == 200
     # cn2 (a low id) under a provider created last: its parent and root come after it.
     assert client.put(f"/resource_providers/{U['cn2']}", json={
         "name": "cn2-takeover", "parent_provider_uuid": LATE}).status == 200
