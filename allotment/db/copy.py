@@ -190,13 +190,6 @@ def table_checksum(conn: Connection, table: sa.Table, batch_size: int = DEFAULT_
 
 # -- connections --------------------------------------------------------------
 
-def _shown(url: str) -> str:
-    try:
-        return db_engine.normalize_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - only for a message
-        return url
-
-
 def open_engine(url: str, role: str, *, reading: bool) -> Engine:
     """An engine for ``url``, or :class:`CopyError` saying what is wrong with the URL.
 
