@@ -113,6 +113,12 @@ class Application:
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
         self.router = Router(ROUTES, OWN_ROUTES)
+        #: Answers of GET /allocation_candidates kept while nothing changed.
+        self.candidates_cache = None
+        if conf.allotment.candidates_cache_mb > 0:
+            from allotment.api.answer_cache import AnswerCache
+
+            self.candidates_cache = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
         self.metrics = None
         if conf.allotment.metrics:
             from allotment.api.metrics import Metrics

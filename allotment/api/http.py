@@ -266,8 +266,16 @@ def json_response(req: Request, body: Any, status: int = 200, *,
     unknown (or for collections that may be empty) the current time is
     used, as Placement does.
     """
-    response = webob.Response(body=orjson.dumps(body), status=status,
-                              content_type="application/json", charset=None)
+    return encoded_json_response(req, orjson.dumps(body), status, last_modified=last_modified,
+                                 cache_headers=cache_headers, headers=headers)
+
+
+def encoded_json_response(req: Request, data: bytes, status: int = 200, *,
+                          last_modified: datetime.datetime | None = None,
+                          cache_headers: bool = True,
+                          headers: dict[str, str] | None = None) -> webob.Response:
+    """:func:`json_response` of a body already encoded."""
+    response = webob.Response(body=data, status=status, content_type="application/json", charset=None)
     if cache_headers:
         _add_cache_headers(req, response, last_modified)
     if headers:
