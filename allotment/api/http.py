@@ -17,6 +17,7 @@ import email.utils
 import json
 import math
 import re
+import time
 import uuid as uuidlib
 from typing import TYPE_CHECKING, Any
 
@@ -242,10 +243,18 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     return dict(req.GET)
 
 
+#: (second, its HTTP date): "now" is asked for on most responses.
+_NOW: tuple[int, str] = (0, "")
+
+
 def http_date(moment: datetime.datetime | None) -> str:
+    global _NOW
     if moment is None:
-        moment = datetime.datetime.now(datetime.timezone.utc)
-    elif moment.tzinfo is None:
+        second = int(time.time())
+        if _NOW[0] != second:
+            _NOW = (second, email.utils.formatdate(second, usegmt=True))
+        return _NOW[1]
+    if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return email.utils.format_datetime(moment.astimezone(datetime.timezone.utc), usegmt=True)
 

@@ -131,6 +131,34 @@ def read_number(conn: Connection) -> tuple[int | None, bool]:
             number, triggers, logged = conn.execute(_PG_NUMBER).one()
     except sa.exc.DBAPIError:  # not migrated yet: a read without a transaction to spoil
         return None, False
+    return _number(backend, number, triggers, logged)
+
+
+def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
+    """:func:`read_number` in a statement of its own, on a pooled DBAPI
+    connection (none of SQLAlchemy's per-statement work): what a request
+    that may not need to read anything else asks first."""
+    backend = engine.dialect.name
+    if backend not in BACKENDS:
+        return None, False
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute((_SQLITE_NUMBER if backend == "sqlite" else _PG_NUMBER).text)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        if backend == "postgresql":
+            raw.rollback()  # end the transaction the driver opened
+    except engine.dialect.dbapi.Error:  # not migrated yet
+        return None, False
+    finally:
+        raw.close()
+    return _number(backend, *row) if backend == "postgresql" else _number(backend, row[0], row[1], 0)
+
+
+def _number(backend: str, number, triggers, logged) -> tuple[int | None, bool]:
     if number is None or triggers != _EXPECTED[backend]:
         return None, False
     return int(number), logged >= COMPACT_AT
