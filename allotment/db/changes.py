@@ -68,10 +68,13 @@ def _sqlite_triggers() -> list[tuple[str, str, str]]:
 
 
 def create(conn: Connection) -> None:
-    """Make the counter and the triggers (migration 0003)."""
+    """Make the counter and the triggers (migration 0003), replacing any
+    left from an earlier take-over (a database handed back to the
+    reference keeps them; its allotment_version may not say so)."""
     backend = conn.dialect.name
     if backend not in BACKENDS:
         return
+    drop(conn)
     conn.exec_driver_sql(f"CREATE TABLE {COUNTER} (id INTEGER NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
     conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES (1, 0)")
     if backend == "sqlite":
