@@ -137,8 +137,9 @@ BUMPING = ("total", "trait", "disk", "drop_inventory", "generation")
 
 def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
     """An allocation through another Allotment application."""
-    uuids = dict(api.application.db.engine.connect().execute(
-        sa.select(tables.resource_providers.c.id, tables.resource_providers.c.uuid)).all())
+    with api.application.db.read() as conn:
+        uuids = dict(conn.execute(sa.select(tables.resource_providers.c.id,
+                                            tables.resource_providers.c.uuid)).all())
     uuid = uuids[cloud.providers[pick % len(cloud.providers)]]
     api.put(f"/allocations/{new_uuid()}", json={
         "allocations": {uuid: {"resources": {"VCPU": 1 + amount % 3}}},
@@ -227,9 +228,11 @@ def test_the_log_is_folded_into_the_counter(apps):
     if BACKEND != "postgresql":
         pytest.skip("the log exists on PostgreSQL only")
     _empty_tables(outside)
-    for _ in range(3):
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    for pick in range(3):
         with outside.begin() as conn:
-            Cloud(conn)
+            _write_raw(cloud, conn, "generation", pick, 1)
     with outside.connect() as conn:
         before, _ = changes.read_number(conn)
         assert conn.execute(sa.text(f"SELECT count(*) FROM {changes.LOG}")).scalar() > 0
