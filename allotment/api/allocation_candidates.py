@@ -105,11 +105,20 @@ def list_allocation_candidates(req: Request) -> webob.Response:
     elif answer.capped:
         _log_capped(req)
     if compact_due:
-        with req.app.db.write() as conn:
-            changes.compact(conn)
+        _compact(req)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(answer.count)
     return encoded_json_response(req, answer.body)
+
+
+def _compact(req: Request) -> None:
+    """Fold the change log into its counter; the answer is ready whatever
+    becomes of that (the next request tries again)."""
+    try:
+        with req.app.db.write() as conn:
+            changes.compact(conn)
+    except Exception:  # noqa: BLE001 - housekeeping must not fail the request
+        LOG.warning("%s: folding the change log failed", req.request_id, exc_info=True)
 
 
 def parse_query(req: Request) -> AllocationCandidatesRequest:

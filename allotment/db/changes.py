@@ -154,7 +154,9 @@ def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
             cursor.close()
         if backend == "postgresql":
             raw.rollback()  # end the transaction the driver opened
-    except engine.dialect.dbapi.Error:  # not migrated yet
+    except engine.dialect.dbapi.Error as error:  # not migrated yet, or the database went away
+        if engine.dialect.is_disconnect(error, raw.dbapi_connection, None):
+            raw.invalidate()  # the pool replaces it, as it would after SQLAlchemy's own statement
         return None, False
     finally:
         raw.close()

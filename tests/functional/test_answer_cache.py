@@ -119,7 +119,9 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
         cloud.inventory(conn, child, cloud.magic, amount)
         cloud.providers.append(child)
     elif kind == "disk":
-        cloud.inventory(conn, pid, cloud.classes["DISK_GB"], 10 * amount)
+        disk = cloud.classes["DISK_GB"]
+        conn.execute(inv.delete().where(inv.c.resource_provider_id == pid, inv.c.resource_class_id == disk))
+        cloud.inventory(conn, pid, disk, 10 * amount)
     elif kind == "drop_inventory":
         conn.execute(inv.delete().where(inv.c.resource_provider_id == pid, inv.c.resource_class_id != vcpu))
     if kind in BUMPING:
