@@ -92,6 +92,11 @@ allotment_opts = [
                 help="Serve the capacity view, a web page for operators, at /allotment/ui, and its JSON at "
                      "/allotment/capacity... (guarded by the policy rule allotment:capacity, admin by "
                      "default). On in the embedded default, off unless set in a configuration file."),
+    cfg.IntOpt("candidates_cache_mb", default=32, min=0,
+               help="Memory (MiB of JSON, per worker process) for reusing answers of GET "
+                    "/allocation_candidates while none of the tables they are computed from has changed "
+                    "(checked on every request, whoever wrote; see the README). 0 turns reuse off. Unused on "
+                    "MySQL/MariaDB and with [placement] randomize_allocation_candidates."),
     cfg.IntOpt("max_request_body_size", default=DEFAULT_MAX_REQUEST_BODY_SIZE, min=1,
                help="Largest request body accepted, in bytes; a larger one is refused with 413 "
                     "before it is read."),

@@ -32,11 +32,14 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
+import orjson
 import webob
 
+from allotment.api import answer_cache
 from allotment.api.errors import HTTPError
-from allotment.api.http import Request, json_response
+from allotment.api.http import Request, encoded_json_response, json_response
 from allotment.db import allocation_candidates as db
+from allotment.db import changes
 from allotment.domain import allocation_candidates as solver
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
@@ -65,13 +68,57 @@ QUERY = allocation_candidates_query_schema
 
 
 def list_allocation_candidates(req: Request) -> webob.Response:
-    """GET /allocation_candidates."""
-    request = parse_query(req)
-    with solver.gc_paused():
-        # The answer's objects are all freed (by reference counting) when
-        # _answer returns, before the collector resumes: it then has no
-        # backlog of young objects to walk.
-        return json_response(req, _answer(req, request))
+    """GET /allocation_candidates.
+
+    An answer already computed for the same query and microversion is given
+    again while the database's change number has not moved (see
+    :mod:`allotment.api.answer_cache`); the number is read first, in the
+    read transaction that would compute the answer afresh.
+    """
+    cache = req.app.candidates_cache
+    conf = req.app.conf.placement
+    if cache is None or conf.randomize_allocation_candidates:
+        request = parse_query(req)
+        with solver.gc_paused():
+            # The answer's objects are all freed (by reference counting) when
+            # _answer returns, before the collector resumes: it then has no
+            # backlog of young objects to walk.
+            return json_response(req, _answer(req, request))
+    key = (req.version, req.environ.get("QUERY_STRING", ""),
+           conf.max_allocation_candidates, conf.allocation_candidates_generation_strategy)
+    # The number alone first: a single statement, which is all a reused
+    # answer needs (equal numbers: nothing it depends on was written since
+    # it was computed).
+    number, compact_due = changes.current_number(req.app.db.engine)
+    answer = cache.get(key, number)
+    if answer is None:
+        with req.app.db.read() as conn:
+            # Read again, first in the transaction the answer is computed in.
+            number, compact_due = changes.read_number(conn)
+            request = parse_query(req)
+            with solver.gc_paused():
+                found = _found(req, conn, request)
+                answer = answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
+                                             len(found.allocation_requests), _capped(req, found))
+                del found
+        cache.put(key, number, answer)
+    elif answer.capped:
+        _log_capped(req)
+    if compact_due:
+        _compact(req)
+    if req.app.metrics is not None:
+        req.app.metrics.observe_candidates(answer.count)
+    return encoded_json_response(req, answer.body)
+
+
+def _compact(req: Request) -> None:
+    """Fold the change log into its counter; the answer is ready whatever
+    becomes of that (the next request tries again)."""
+    try:
+        with req.app.db.write() as conn:
+            changes.compact(conn)
+    except Exception:  # noqa: BLE001 - housekeeping must not fail the request
+        LOG.warning("%s: folding the change log failed", req.request_id, exc_info=True)
 
 
 def parse_query(req: Request) -> AllocationCandidatesRequest:
@@ -135,9 +182,18 @@ def generation_cap(conf) -> tuple[int, str]:
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        _, found = find(req, conn, request, lenient=True)
+        found = _found(req, conn, request)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(len(found.allocation_requests))
+    return _shaped(req, request, found)
+
+
+def _found(req: Request, conn, request: AllocationCandidatesRequest) -> solver.AllocationCandidates:
+    _, found = find(req, conn, request, lenient=True)
+    return found
+
+
+def _shaped(req: Request, request: AllocationCandidatesRequest, found: solver.AllocationCandidates) -> dict:
     return {
         "allocation_requests": _allocation_requests(req, found.allocation_requests),
         "provider_summaries": _provider_summaries(req, request, found.provider_summaries),
@@ -166,10 +222,18 @@ def _solve(req: Request, request: AllocationCandidatesRequest,
         randomize=conf.randomize_allocation_candidates,
         anchors=candidates.anchors)
     if safety and found.generated >= SAFETY_CAP:
-        LOG.warning("%s: allocation candidates cut at the safety cap of %d (set [placement] "
-                    "max_allocation_candidates to choose the cap, or ask with a limit)",
-                    req.request_id, SAFETY_CAP)
+        _log_capped(req)
     return found
+
+
+def _capped(req: Request, found: solver.AllocationCandidates) -> bool:
+    return req.app.conf.placement.max_allocation_candidates < 0 and found.generated >= SAFETY_CAP
+
+
+def _log_capped(req: Request) -> None:
+    LOG.warning("%s: allocation candidates cut at the safety cap of %d (set [placement] "
+                "max_allocation_candidates to choose the cap, or ask with a limit)",
+                req.request_id, SAFETY_CAP)
 
 
 def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest]) -> list[dict]:

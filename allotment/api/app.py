@@ -32,6 +32,7 @@ from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
 from allotment.api.http import Request
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
+from allotment.db import changes
 from allotment.db.engine import Database
 from allotment.domain import errors as domain
 
@@ -113,6 +114,12 @@ class Application:
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
         self.router = Router(ROUTES, OWN_ROUTES)
+        #: Answers of GET /allocation_candidates kept while nothing changed.
+        self.candidates_cache = None
+        if conf.allotment.candidates_cache_mb > 0 and database.backend in changes.BACKENDS:
+            from allotment.api.answer_cache import AnswerCache
+
+            self.candidates_cache = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
         self.metrics = None
         if conf.allotment.metrics:
             from allotment.api.metrics import Metrics
@@ -349,9 +356,13 @@ class _LimitedInput:
         return iter(self.readline, b"")
 
 
+#: Accept headers that take JSON for certain, without parsing them.
+_TAKES_JSON = frozenset(("application/json", "*/*"))
+
+
 def _check_accept(req: Request) -> None:
-    accept = req.headers.get("Accept")
-    if not accept:
+    accept = req.environ.get("HTTP_ACCEPT")
+    if not accept or accept in _TAKES_JSON:
         return
     if not req.accept.acceptable_offers(["application/json"]):
         raise errors.HTTPError(406, "Only application/json is provided",

@@ -17,6 +17,7 @@ import email.utils
 import json
 import math
 import re
+import time
 import uuid as uuidlib
 from typing import TYPE_CHECKING, Any
 
@@ -242,10 +243,18 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     return dict(req.GET)
 
 
+#: (second, its HTTP date): "now" is asked for on most responses.
+_NOW: tuple[int, str] = (0, "")
+
+
 def http_date(moment: datetime.datetime | None) -> str:
+    global _NOW
     if moment is None:
-        moment = datetime.datetime.now(datetime.timezone.utc)
-    elif moment.tzinfo is None:
+        second = int(time.time())
+        if _NOW[0] != second:
+            _NOW = (second, email.utils.formatdate(second, usegmt=True))
+        return _NOW[1]
+    if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return email.utils.format_datetime(moment.astimezone(datetime.timezone.utc), usegmt=True)
 
@@ -266,8 +275,16 @@ def json_response(req: Request, body: Any, status: int = 200, *,
     unknown (or for collections that may be empty) the current time is
     used, as Placement does.
     """
-    response = webob.Response(body=orjson.dumps(body), status=status,
-                              content_type="application/json", charset=None)
+    return encoded_json_response(req, orjson.dumps(body), status, last_modified=last_modified,
+                                 cache_headers=cache_headers, headers=headers)
+
+
+def encoded_json_response(req: Request, data: bytes, status: int = 200, *,
+                          last_modified: datetime.datetime | None = None,
+                          cache_headers: bool = True,
+                          headers: dict[str, str] | None = None) -> webob.Response:
+    """:func:`json_response` of a body already encoded."""
+    response = webob.Response(body=data, status=status, content_type="application/json", charset=None)
     if cache_headers:
         _add_cache_headers(req, response, last_modified)
     if headers:

@@ -1,0 +1,185 @@
+"""A change number for what allocation candidates read, kept by the database.
+
+Answers of ``GET /allocation_candidates`` may be reused by a process only
+while nothing they were computed from has changed, whoever changed it: this
+process, another Allotment process or host, a reference Placement process
+during a switch, or hand-written SQL.  So the number is not kept by
+Allotment's code but by triggers on every table a candidate depends on
+(:data:`TRACKED`), created by Allotment's migration 0003; every committed
+transaction that writes one of them makes the number grow, in that same
+transaction, whoever wrote.
+
+:func:`read_number` reads it.  Read first in a request's read transaction
+(or, on PostgreSQL, in a statement before any data is read), equal numbers
+at two reads mean that no write to those tables committed between them:
+an answer computed after the first read is then what a fresh read at the
+second would give.
+
+* **SQLite**: one row, ``allotment_changes.n``, is increased by row
+  triggers.  SQLite runs one write transaction at a time anyway, so this
+  row serialises nothing that was not serial already.  A reader's
+  transaction sees the row as of its snapshot, like the data.
+* **PostgreSQL**: a single counter row would make every writer wait for
+  the previous one to commit (and could deadlock writers that lock
+  providers in different orders), so writers never update a shared row:
+  a statement trigger inserts the writing transaction's id into
+  ``allotment_change_log`` (one row per transaction, ``ON CONFLICT DO
+  NOTHING``; different transactions never touch the same row).  The
+  number is ``allotment_changes.n + count(allotment_change_log)``, read in
+  one statement (one snapshot): a transaction's row becomes visible exactly
+  when its data does, whatever order ids were handed out in, so the number
+  grows by one at each such commit.  :func:`compact` moves the log's rows
+  into ``n`` in one transaction (the number stays the same at its commit)
+  so that counting stays cheap.  The triggers are ``ENABLE ALWAYS``: they
+  fire under ``session_replication_role = replica`` too.
+* **MySQL / MariaDB**: no triggers; :func:`read_number` gives None and
+  nothing is reused.
+
+Whether the triggers are all there is checked in the same statement (a
+dropped or disabled trigger, e.g. after a table was rebuilt, turns reuse
+off rather than leaving a write unseen).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+#: Tables whose rows decide a candidate answer: providers (trees,
+#: generations), inventories, usage, trait and aggregate memberships and
+#: the names they refer to.
+TRACKED = ("resource_providers", "inventories", "allocations", "resource_provider_traits",
+           "resource_provider_aggregates", "placement_aggregates", "traits", "resource_classes")
+
+COUNTER = "allotment_changes"
+LOG = "allotment_change_log"
+TRIGGER_PREFIX = "allotment_chg_"
+PG_FUNCTION = "allotment_note_change"
+#: Backends on which the triggers are made.
+BACKENDS = ("sqlite", "postgresql")
+#: Compact the PostgreSQL log once it holds this many rows.
+COMPACT_AT = 256
+
+
+def _sqlite_triggers() -> list[tuple[str, str, str]]:
+    """(trigger name, table, event) of every SQLite trigger."""
+    return [(f"{TRIGGER_PREFIX}{table}_{event.lower()}", table, event)
+            for table in TRACKED for event in ("INSERT", "UPDATE", "DELETE")]
+
+
+def create(conn: Connection) -> None:
+    """Make the counter and the triggers (migration 0003), replacing any
+    left from an earlier take-over (a database handed back to the
+    reference keeps them; its allotment_version may not say so)."""
+    backend = conn.dialect.name
+    if backend not in BACKENDS:
+        return
+    drop(conn)
+    conn.exec_driver_sql(f"CREATE TABLE {COUNTER} (id INTEGER NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
+    conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES (1, 0)")
+    if backend == "sqlite":
+        for name, table, event in _sqlite_triggers():
+            conn.exec_driver_sql(f"CREATE TRIGGER {name} AFTER {event} ON {table} "
+                                 f"BEGIN UPDATE {COUNTER} SET n = n + 1 WHERE id = 1; END")
+        return
+    conn.exec_driver_sql(f"CREATE TABLE {LOG} (txid BIGINT NOT NULL PRIMARY KEY)")
+    conn.exec_driver_sql(
+        f"CREATE FUNCTION {PG_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"INSERT INTO {LOG} (txid) VALUES (txid_current()) ON CONFLICT DO NOTHING; "
+        f"RETURN NULL; END $$")
+    for table in TRACKED:
+        name = TRIGGER_PREFIX + table
+        conn.exec_driver_sql(f"CREATE TRIGGER {name} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE "
+                             f"ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {PG_FUNCTION}()")
+        conn.exec_driver_sql(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}")
+
+
+def drop(conn: Connection) -> None:
+    """Undo :func:`create`."""
+    backend = conn.dialect.name
+    if backend == "sqlite":
+        for name, _, _ in _sqlite_triggers():
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+    elif backend == "postgresql":
+        for table in TRACKED:
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {TRIGGER_PREFIX}{table} ON {table}")
+        conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {PG_FUNCTION}()")
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG}")
+    else:
+        return
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {COUNTER}")
+
+
+_SQLITE_NUMBER = sa.text(
+    f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
+    f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE '{TRIGGER_PREFIX}%')")
+_PG_NUMBER = sa.text(
+    f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG}), "
+    f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%' "
+    f"AND tgenabled = 'A'), (SELECT count(*) FROM {LOG})")
+_EXPECTED = {"sqlite": len(TRACKED) * 3, "postgresql": len(TRACKED)}
+
+
+def read_number(conn: Connection) -> tuple[int | None, bool]:
+    """(the change number, or None when it cannot be trusted here; whether
+    :func:`compact` is due).  Call it before reading any data with ``conn``."""
+    backend = conn.dialect.name
+    if backend not in BACKENDS:
+        return None, False
+    try:
+        if backend == "sqlite":
+            number, triggers = conn.execute(_SQLITE_NUMBER).one()
+            logged = 0
+        else:
+            number, triggers, logged = conn.execute(_PG_NUMBER).one()
+    except sa.exc.DBAPIError:  # not migrated yet: a read without a transaction to spoil
+        return None, False
+    return _number(backend, number, triggers, logged)
+
+
+def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
+    """:func:`read_number` in a statement of its own, on a pooled DBAPI
+    connection (none of SQLAlchemy's per-statement work): what a request
+    that may not need to read anything else asks first."""
+    backend = engine.dialect.name
+    if backend not in BACKENDS:
+        return None, False
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute((_SQLITE_NUMBER if backend == "sqlite" else _PG_NUMBER).text)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        if backend == "postgresql":
+            raw.rollback()  # end the transaction the driver opened
+    except engine.dialect.dbapi.Error as error:  # not migrated yet, or the database went away
+        if engine.dialect.is_disconnect(error, raw.dbapi_connection, None):
+            raw.invalidate()  # the pool replaces it, as it would after SQLAlchemy's own statement
+        return None, False
+    finally:
+        raw.close()
+    return _number(backend, *row) if backend == "postgresql" else _number(backend, row[0], row[1], 0)
+
+
+def _number(backend: str, number, triggers, logged) -> tuple[int | None, bool]:
+    if number is None or triggers != _EXPECTED[backend]:
+        return None, False
+    return int(number), logged >= COMPACT_AT
+
+
+_PG_COMPACT = sa.text(
+    f"WITH gone AS (DELETE FROM {LOG} RETURNING 1) "
+    f"UPDATE {COUNTER} SET n = n + (SELECT count(*) FROM gone) WHERE id = 1")
+
+
+def compact(conn: Connection) -> None:
+    """Fold the PostgreSQL log into the counter, in one write transaction
+    (``conn`` is in one): the number is the same before and after its
+    commit.  Only one process at a time does it; others skip."""
+    if conn.dialect.name != "postgresql":
+        return
+    if conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(hashtext(:name))"),
+                    {"name": LOG}).scalar():
+        conn.execute(_PG_COMPACT)

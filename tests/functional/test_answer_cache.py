@@ -1,0 +1,262 @@
+"""Reused allocation candidate answers are always those a fresh read gives.
+
+``GET /allocation_candidates`` keeps answers while the database's change
+number (kept by triggers, see ``allotment/db/changes.py``) stays the same.
+Writes here come from outside the reading application: plain SQL on a
+connection of its own (as the reference Placement or an operator's hand
+SQL would write, with none of Allotment's code) and a second Allotment
+application with its own pool (another API process).  After any
+interleaving of such writes and reads, every answer of the caching
+application must equal, byte for byte, the answer of an application that
+keeps nothing, reading the same database at the same moment.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from allotment.api.app import Application
+from allotment.db import changes, tables
+from allotment.service import database_from_config
+from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid
+
+pytestmark = pytest.mark.skipif(BACKEND not in changes.BACKENDS,
+                                reason="answers are reused on SQLite and PostgreSQL only")
+
+QUERIES = (
+    "resources=VCPU:1",
+    "resources=VCPU:2,MEMORY_MB:512&required=CUSTOM_GOLD",
+    "resources=VCPU:1&required=!CUSTOM_GOLD&limit=2",
+    "resources=VCPU:4&member_of={agg}",
+    "resources=VCPU:1,DISK_GB:10",
+    "resources=VCPU:1&resources1=CUSTOM_MAGIC:1&group_policy=none",
+)
+VERSIONS = ("1.10", "1.21", "1.39")
+
+
+def _application(db_url: str, cache_mb: int) -> Application:
+    conf = make_conf(db_url, allotment__candidates_cache_mb=cache_mb)
+    return Application(conf, database_from_config(conf))
+
+
+@pytest.fixture(scope="module")
+def apps(db_url):
+    cached = _application(db_url, 8)
+    fresh = _application(db_url, 0)
+    other = _application(db_url, 8)
+    # A writer with nothing of Allotment: SQLAlchemy's plain engine.
+    outside = sa.create_engine(db_url)
+    yield cached, fresh, other, outside
+    outside.dispose()
+    for application in (cached, fresh, other):
+        application.db.dispose()
+
+
+class Cloud:
+    """Ids of what the raw writer works on."""
+
+    def __init__(self, conn):
+        rc = tables.resource_classes
+        self.classes = {name: ident for ident, name in conn.execute(sa.select(rc.c.id, rc.c.name))}
+        self.gold = self._id(conn, tables.traits, name="CUSTOM_GOLD")
+        self.magic = self._id(conn, rc, name="CUSTOM_MAGIC", id=tables.CUSTOM_RESOURCE_CLASS_MIN_ID)
+        self.agg_uuid = new_uuid()
+        self.agg = self._id(conn, tables.placement_aggregates, uuid=self.agg_uuid)
+        self.providers = [self.provider(conn) for _ in range(3)]
+
+    @staticmethod
+    def _id(conn, table, **values) -> int:
+        return conn.execute(table.insert().values(**values)).inserted_primary_key[0]
+
+    def provider(self, conn, parent: int | None = None) -> int:
+        rp = tables.resource_providers
+        pid = self._id(conn, rp, uuid=new_uuid(), name=new_uuid(), generation=0, parent_provider_id=parent)
+        root = pid if parent is None else conn.execute(
+            sa.select(rp.c.root_provider_id).where(rp.c.id == parent)).scalar_one()
+        conn.execute(rp.update().where(rp.c.id == pid).values(root_provider_id=root))
+        for name, total in (("VCPU", 8), ("MEMORY_MB", 4096)):
+            self.inventory(conn, pid, self.classes[name], total)
+        return pid
+
+    @staticmethod
+    def inventory(conn, pid: int, class_id: int, total: int) -> None:
+        conn.execute(tables.inventories.insert().values(
+            resource_provider_id=pid, resource_class_id=class_id, total=total, reserved=0, min_unit=1,
+            max_unit=total, step_size=1, allocation_ratio=1.0))
+
+
+def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
+    """One write of ``kind`` in plain SQL (``pick`` chooses the provider)."""
+    inv, alloc = tables.inventories, tables.allocations
+    pid = cloud.providers[pick % len(cloud.providers)]
+    vcpu = cloud.classes["VCPU"]
+    if kind == "total":
+        conn.execute(inv.update().where(inv.c.resource_provider_id == pid, inv.c.resource_class_id == vcpu)
+                     .values(total=amount, max_unit=amount))
+    elif kind == "allocate":
+        conn.execute(alloc.insert().values(resource_provider_id=pid, resource_class_id=vcpu,
+                                           consumer_id=new_uuid(), used=amount))
+    elif kind == "free":
+        conn.execute(alloc.delete().where(alloc.c.resource_provider_id == pid))
+    elif kind == "trait":
+        rpt = tables.resource_provider_traits
+        if conn.execute(sa.select(rpt).where(rpt.c.resource_provider_id == pid)).first():
+            conn.execute(rpt.delete().where(rpt.c.resource_provider_id == pid))
+        else:
+            conn.execute(rpt.insert().values(resource_provider_id=pid, trait_id=cloud.gold))
+    elif kind == "aggregate":
+        rpa = tables.resource_provider_aggregates
+        if conn.execute(sa.select(rpa).where(rpa.c.resource_provider_id == pid)).first():
+            conn.execute(rpa.delete().where(rpa.c.resource_provider_id == pid))
+        else:
+            conn.execute(rpa.insert().values(resource_provider_id=pid, aggregate_id=cloud.agg))
+    elif kind == "provider":
+        parent = pid if amount % 2 else None
+        child = cloud.provider(conn, parent)
+        cloud.inventory(conn, child, cloud.magic, amount)
+        cloud.providers.append(child)
+    elif kind == "disk":
+        disk = cloud.classes["DISK_GB"]
+        conn.execute(inv.delete().where(inv.c.resource_provider_id == pid, inv.c.resource_class_id == disk))
+        cloud.inventory(conn, pid, disk, 10 * amount)
+    elif kind == "drop_inventory":
+        conn.execute(inv.delete().where(inv.c.resource_provider_id == pid, inv.c.resource_class_id != vcpu))
+    if kind in BUMPING:
+        # As Placement's writers (and any client of the API) do: the
+        # per-provider records of allotment/db/allocation_candidates.py
+        # rely on it, with or without reuse of whole answers.
+        rp = tables.resource_providers
+        conn.execute(rp.update().where(rp.c.id == pid).values(generation=rp.c.generation + 1))
+
+
+#: Writes that change a provider's generation with its inventories or
+#: traits; "generation" alone changes no answer, and must not break reuse.
+BUMPING = ("total", "trait", "disk", "drop_inventory", "generation")
+
+
+def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
+    """An allocation through another Allotment application."""
+    with api.application.db.read() as conn:
+        uuids = dict(conn.execute(sa.select(tables.resource_providers.c.id,
+                                            tables.resource_providers.c.uuid)).all())
+    uuid = uuids[cloud.providers[pick % len(cloud.providers)]]
+    api.put(f"/allocations/{new_uuid()}", json={
+        "allocations": {uuid: {"resources": {"VCPU": 1 + amount % 3}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": None})
+
+
+RAW_KINDS = ("total", "allocate", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
+             "generation")
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
+    st.tuples(st.sampled_from(RAW_KINDS), st.integers(0, 20), st.integers(1, 8)),
+    st.tuples(st.just("api"), st.integers(0, 20), st.integers(0, 8)),
+), min_size=1, max_size=25)
+
+
+def _answer(api: ApiClient, query: str, version: str) -> tuple[int, bytes | tuple]:
+    """(status, body); of an error, its title and detail (not its request id)."""
+    response = api.get(f"/allocation_candidates?{query}", version=version)
+    if response.status != 200:
+        return response.status, (response.error()["title"], response.error()["detail"])
+    return response.status, response.raw.body
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=STEPS)
+def test_reused_answers_match_fresh_reads(apps, steps):
+    cached, fresh, other, outside = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    reader, checker, writer = ApiClient(cached), ApiClient(fresh), ApiClient(other)
+    for step in steps:
+        if step[0] == "read":
+            query = QUERIES[step[1]].format(agg=cloud.agg_uuid)
+            # Each query twice: the second may be reused.
+            for _ in range(2):
+                assert _answer(reader, query, step[2]) == _answer(checker, query, step[2])
+        elif step[0] == "api":
+            _write_api(cloud, writer, step[1], step[2])
+        else:
+            with outside.begin() as conn:
+                _write_raw(cloud, conn, *step)
+
+
+def test_answers_are_reused_until_someone_writes(apps):
+    cached, _, _, outside = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    api, cache = ApiClient(cached), cached.candidates_cache
+    first = api.get("/allocation_candidates?resources=VCPU:1").json
+    hits = cache.hits
+    assert api.get("/allocation_candidates?resources=VCPU:1").json == first
+    assert cache.hits == hits + 1
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "total", 0, 3)
+    after = api.get("/allocation_candidates?resources=VCPU:1").json
+    assert cache.hits == hits + 1
+    summary = after["provider_summaries"]
+    assert sorted(s["resources"]["VCPU"]["capacity"] for s in summary.values()) == [3, 8, 8]
+
+
+def test_a_missing_trigger_turns_reuse_off(apps):
+    cached, _, _, outside = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        Cloud(conn)
+    api, cache = ApiClient(cached), cached.candidates_cache
+    name = f"{changes.TRIGGER_PREFIX}allocations" + ("_insert" if BACKEND == "sqlite" else "")
+    with outside.begin() as conn:
+        conn.exec_driver_sql(f"DROP TRIGGER {name}" + (" ON allocations" if BACKEND != "sqlite" else ""))
+    try:
+        api.get("/allocation_candidates?resources=VCPU:1")
+        hits = cache.hits
+        api.get("/allocation_candidates?resources=VCPU:1")
+        assert cache.hits == hits
+    finally:
+        with outside.begin() as conn:
+            changes.drop(conn)
+            changes.create(conn)
+
+
+def test_the_log_is_folded_into_the_counter(apps):
+    """PostgreSQL: compaction keeps the number and empties the log."""
+    cached, _, _, outside = apps
+    if BACKEND != "postgresql":
+        pytest.skip("the log exists on PostgreSQL only")
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    for pick in range(3):
+        with outside.begin() as conn:
+            _write_raw(cloud, conn, "generation", pick, 1)
+    with outside.connect() as conn:
+        before, _ = changes.read_number(conn)
+        assert conn.execute(sa.text(f"SELECT count(*) FROM {changes.LOG}")).scalar() > 0
+    with outside.begin() as conn:
+        changes.compact(conn)
+    with outside.connect() as conn:
+        assert changes.read_number(conn)[0] == before
+        assert conn.execute(sa.text(f"SELECT count(*) FROM {changes.LOG}")).scalar() == 0
+
+
+def test_memory_stays_within_its_bound():
+    from allotment.api.answer_cache import ENTRY_OVERHEAD, Answer, AnswerCache
+
+    cache = AnswerCache(10_000)
+    assert cache.get(("a",), 1) is None
+    for i in range(100):
+        cache.put((i,), 1, Answer(b"x" * 500, 1))
+        assert cache.size <= 10_000
+    assert len(cache) == 10_000 // (500 + ENTRY_OVERHEAD)
+    assert cache.get((99,), 1) is not None and cache.get((0,), 1) is None
+    cache.put(("big",), 1, Answer(b"x" * 5_000, 1))  # over a quarter: not kept
+    assert cache.get(("big",), 1) is None
+    assert cache.get((99,), 2) is None and len(cache) == 0  # a new number retires everything
+    cache.put((1,), 1, Answer(b"{}", 0))  # computed at an older number: not kept
+    assert len(cache) == 0
