@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from allotment.db import engine as db_engine
-from allotment.db import migrate, reference_layout, tables
+from allotment.db import changes, migrate, reference_layout, tables
 
 DEFAULT_BATCH_SIZE = 5000
 #: Parents before children (foreign keys), from the table metadata.
@@ -289,7 +289,10 @@ def check_source(conn: Connection) -> tuple[str | None, str | None]:
 def check_target(conn: Connection) -> None:
     """:class:`CopyError` unless the target holds no rows and nothing but Placement's tables."""
     present = set(sa.inspect(conn).get_table_names())
-    ours = {table.name for table in COPIED} | {reference_layout.VERSION_TABLE, migrate.VERSION_TABLE}
+    # Allotment's own bookkeeping (its revision, the change number that reused
+    # candidate answers are checked against) is laid out afresh, never copied.
+    ours = ({table.name for table in COPIED} | {reference_layout.VERSION_TABLE, migrate.VERSION_TABLE}
+            | {changes.COUNTER, changes.LOG})
     foreign = sorted(present - ours)
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
