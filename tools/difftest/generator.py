@@ -61,7 +61,9 @@ class Model:
         return str(uuidlib.UUID(int=self.rng.getrandbits(128), version=4))
 
     def provider(self) -> str | None:
-        return self.rng.choice(sorted(self.providers)) if self.providers else None
+        # In creation order: a uuid the reference generated must not decide
+        # the pick, or the same seed would give another stream on every run.
+        return self.rng.choice(list(self.providers)) if self.providers else None
 
     def classes(self) -> list[str]:
         return STANDARD_CLASSES[:3] + sorted(self.custom_classes)
