@@ -139,16 +139,14 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
 
     An unknown resource class or trait is a 400.  With ``lenient`` (the
     answer, as Placement gives it), an unknown name in a group is not
-    reported when an earlier group (in query order) finds nothing on its
-    own: Placement's search stops there, with an empty answer, before it
-    looks at the later group's names.
+    reported when Placement's search ends, with an empty answer, before it
+    looks at that name (see :func:`_ends_before`).
     """
     names = db.resolve_names(conn, request, check=False)
     problem = db.first_unknown(request, names.class_ids, names.trait_ids)
     if problem is not None:
         index, error = problem
-        if not (lenient and index and any(_finds_nothing(req, conn, request, group)
-                                          for group in request.groups[:index])):
+        if not (lenient and index is not None and _ends_before(req, conn, request, names, index, error)):
             raise _reported(error)
         return names, _solve(req, request, db.Candidates(ProviderSnapshot(), ()))
     candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
@@ -159,6 +157,17 @@ def _reported(error: BadRequest) -> Exception:
     if isinstance(error, ResourceClassNotFound):
         return HTTPError(400, f"Invalid resource class in resources parameter: {error.message}")
     return error
+
+
+def _ends_before(req: Request, conn, request: AllocationCandidatesRequest, names: db.Names,
+                 index: int, error: BadRequest) -> bool:
+    """Whether Placement's search ends with nothing before it looks up the
+    unknown name (``error``) of group ``index``: no root meets
+    ``root_required``, an earlier group finds nothing on its own, or (for a
+    trait) the group's ``member_of`` aggregates have no member."""
+    return (db.no_root_qualifies(conn, request, names)
+            or any(_finds_nothing(req, conn, request, group) for group in request.groups[:index])
+            or (isinstance(error, db.UnknownTraits) and db.no_member(conn, request.groups[index], names)))
 
 
 def _finds_nothing(req: Request, conn, request: AllocationCandidatesRequest, group) -> bool:

@@ -24,6 +24,7 @@ from allotment.db.engine import utcnow
 from allotment.domain import capacity
 from allotment.domain import errors as domain
 from allotment.domain.inventories import (
+    FIELDS,
     PROVIDER_CHANGED,
     Inventory,
     InventoryNotFound,
@@ -66,6 +67,17 @@ POST_INVENTORY_SCHEMA["required"] = ["total", "resource_class"]
 PUT_INVENTORY_RECORD_SCHEMA = copy.deepcopy(BASE_INVENTORY_SCHEMA)
 PUT_INVENTORY_RECORD_SCHEMA["required"] = ["total"]
 
+# A key that is not a class name is not checked by Placement's schema: its
+# record goes through the capacity check and then the key is refused as an
+# unknown class (400).  Extra fields and out-of-range numbers pass, as there;
+# what Placement would trip over (not an object, no total, a number that is
+# not a number: its 500) is still a schema error here.
+UNKNOWN_CLASS_RECORD_SCHEMA: dict = {
+    "type": "object",
+    "properties": {name: {"type": "number"} for name in FIELDS},
+    "required": ["total"],
+}
+
 PUT_INVENTORIES_SCHEMA: dict = {
     "type": "object",
     "properties": {
@@ -73,9 +85,7 @@ PUT_INVENTORIES_SCHEMA: dict = {
         "inventories": {
             "type": "object",
             "patternProperties": {RC_PATTERN: PUT_INVENTORY_RECORD_SCHEMA},
-            # Other keys are unknown classes (400 when looked up), but their
-            # records must be records all the same (Placement: 500).
-            "additionalProperties": PUT_INVENTORY_RECORD_SCHEMA,
+            "additionalProperties": UNKNOWN_CLASS_RECORD_SCHEMA,
         },
     },
     "required": ["resource_provider_generation", "inventories"],

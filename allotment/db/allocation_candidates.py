@@ -174,27 +174,57 @@ def first_unknown(request: AllocationCandidatesRequest, class_ids: Collection[st
     (index of its group in ``request.groups``, or None for ``root_required``;
     the error to report); None when every name exists.
 
-    Placement checks ``root_required`` first, then searches group by group
-    in query order, checking each group's resource classes and then its
-    traits just before searching it; a group that finds nothing ends the
-    search (empty answer) before later groups' names are looked at.  The
-    caller decides about that (see ``allotment.api.allocation_candidates``).
+    Placement checks ``root_required``'s names first, then searches group by
+    group in query order, checking each group's resource classes and then
+    its traits just before searching it.  Some searches end (empty answer)
+    before a name is looked at: no root meeting ``root_required`` (before
+    any group), a group that finds nothing (before the later groups), a
+    group whose ``member_of`` has no member (before its traits).  The
+    caller decides about those (see ``allotment.api.allocation_candidates``).
     """
-    def unknown_traits(names: set[str]) -> UnknownTraits | None:
-        missing = names - set(trait_ids)
-        return UnknownTraits(missing) if missing else None
-
-    error = unknown_traits(request.root_traits.names())
-    if error is not None:
-        return None, error
+    missing = request.root_traits.unknown(trait_ids)
+    if missing:
+        return None, UnknownTraits(missing)
     for index, group in enumerate(request.groups):
         for name in group.resources:
             if name not in class_ids:
                 return index, ResourceClassNotFound(name)
-        error = unknown_traits(group.traits.names())
-        if error is not None:
-            return index, error
+        missing = group.traits.unknown(trait_ids)
+        if missing:
+            return index, UnknownTraits(missing)
     return None
+
+
+def no_root_qualifies(conn: Connection, request: AllocationCandidatesRequest, names: Names) -> bool:
+    """``root_required`` is given (its names all exist) and no root provider
+    meets it: Placement then answers nothing before it looks at the groups."""
+    traits = request.root_traits
+    if not traits:
+        return False
+    roots = sa.select(RP.c.id).where(RP.c.parent_provider_id.is_(None)).limit(1)
+    params: dict = {}
+    for k, any_of in enumerate(traits.required):
+        params[f"rr{k}"] = sorted(names.trait_ids[t] for t in any_of)
+        roots = roots.where(_having_trait(RP.c.id, f"rr{k}"))
+    if traits.forbidden:
+        params["rf"] = sorted(names.trait_ids[t] for t in traits.forbidden)
+        roots = roots.where(sa.not_(_having_trait(RP.c.id, "rf")))
+    return not _rows(conn, roots, params)
+
+
+def no_member(conn: Connection, group: RequestGroup, names: Names) -> bool:
+    """The group's ``member_of`` names aggregates and no provider is in every
+    set of them: Placement then answers nothing before it looks the group's
+    traits up."""
+    aggregates = group.aggregates.required
+    if not aggregates:
+        return False
+    members = sa.select(RP.c.id).limit(1)
+    params: dict = {}
+    for k, any_of in enumerate(aggregates):
+        params[f"ma{k}"] = sorted(names.aggregate_ids[u] for u in any_of if u in names.aggregate_ids)
+        members = members.where(_in_aggregates(RP.c.id, f"ma{k}"))
+    return not _rows(conn, members, params)
 
 
 # ---------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def _providers_fitting(class_id: int, amount: int) -> sa.Select:
 def _trait_conditions(conn: Connection, traits: TraitExpression) -> list[sa.ColumnElement[bool]]:
     names = traits.names()
     ids = {trait.name: trait.id for trait in list_traits(conn, names=sorted(names))}
-    missing = sorted(names - ids.keys())
+    missing = sorted(traits.unknown(ids))
     if missing:
         raise UnknownTraits(f"No such trait(s): {', '.join(missing)}.")
 

@@ -85,6 +85,17 @@ class TraitExpression:
             found |= any_of
         return found
 
+    def unknown(self, known: Collection[str]) -> set[str]:
+        """The names to report as unknown: the required ones that are not
+        ``known``, or if all are, the forbidden ones.
+
+        Placement looks the required names up before the forbidden ones and
+        names one unknown trait of the first kind it finds, in set order
+        (random from one process to the next); all of that kind are named here.
+        """
+        missing = set().union(*self.required) - set(known)
+        return missing or set(self.forbidden) - set(known)
+
     def satisfied_by(self, traits: Collection[str]) -> bool:
         """Do these traits meet every required set (forbidden not checked)?"""
         return all(not any_of.isdisjoint(traits) for any_of in self.required)

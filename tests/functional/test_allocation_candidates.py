@@ -455,6 +455,40 @@ def test_a_group_that_finds_nothing_ends_the_search_before_later_names_are_check
                "No such resource class CUSTOM_NOPE.")
 
 
+def test_no_root_meeting_root_required_ends_the_search_before_any_group_name(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE, traits=("HW_CPU_X86_AVX",))
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    for query in ("resources=CUSTOM_NOPE:1&root_required=HW_CPU_X86_SSE",
+                  "resources=VCPU:1&required=!CUSTOM_NOPE&root_required=HW_CPU_X86_SSE",
+                  "resources=VCPU:1&required=CUSTOM_NOPE&root_required=!HW_CPU_X86_AVX"):
+        assert candidates(api, query, version="1.39") == empty, query
+    # A root that meets it lets the search reach the bad names.
+    assert_400(api, "resources=VCPU:1&required=CUSTOM_NOPE&root_required=HW_CPU_X86_AVX",
+               "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources=CUSTOM_NOPE:1&root_required=!HW_CPU_X86_SSE", "No such resource class CUSTOM_NOPE.")
+
+
+def test_member_of_without_members_ends_the_search_before_the_groups_traits(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE, aggregates=(AGG_A,))
+    nobody = "5f372617-f0ba-ef3a-86f0-ce2ea6ec39c1"
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    for query in (f"resources=VCPU:1&required=!CUSTOM_NOPE&member_of={nobody}",
+                  f"resources=VCPU:1&required=CUSTOM_NOPE&member_of={nobody}&member_of=!{AGG_A}",
+                  f"resources=VCPU:1&resources1=VCPU:1&required1=CUSTOM_NOPE&member_of1={nobody}"
+                  "&group_policy=none"):
+        assert candidates(api, query, version="1.39") == empty, query
+    # A member anywhere in the aggregates lets it reach them; classes come first.
+    assert_400(api, f"resources=VCPU:1&required=CUSTOM_NOPE&member_of=in:{AGG_A},{nobody}",
+               "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, f"resources=CUSTOM_NOPE:1&member_of={nobody}", "No such resource class CUSTOM_NOPE.")
+
+
+def test_unknown_required_traits_are_reported_before_unknown_forbidden_ones(api, cloud):
+    cloud.provider("cn1", inventories=COMPUTE)
+    assert_400(api, "resources=VCPU:1&required=!CUSTOM_GONE,CUSTOM_NOPE", "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources=VCPU:1&root_required=!CUSTOM_GONE,CUSTOM_NOPE", "No such trait(s): CUSTOM_NOPE.")
+    assert_400(api, "resources=VCPU:1&required=!CUSTOM_GONE,HW_CPU_X86_AVX", "No such trait(s): CUSTOM_GONE.")
+
 
 def test_bad_queries_are_400_with_placement_messages(api, cloud):
     cloud.provider("cn1", inventories=COMPUTE)

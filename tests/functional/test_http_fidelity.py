@@ -241,3 +241,41 @@ def test_the_schema_speaks_before_a_nul_on_usages_and_candidates(api, path, vers
 def test_a_nul_in_a_known_parameter_is_still_refused(api, path):
     resp = api.get(path, version="1.30")
     assert resp.status == 400 and "U+0000" in resp.error()["detail"]
+
+
+# -- inventories under a key that is not a class name ----------------------------
+def _provider_with_generation(api, name):
+    rp = new_uuid()
+    api.post("/resource_providers", json={"name": name, "uuid": rp})
+    return rp
+
+
+def test_a_stale_generation_is_reported_before_the_record_of_an_unknown_class(api):
+    rp = _provider_with_generation(api, "stale-unknown")
+    body = {"resource_provider_generation": 5,
+            "inventories": {"DISK_GB": {"total": 4}, "bad-class": {"total": 4, "bogus": 1}}}
+    resp = api.put(f"/resource_providers/{rp}/inventories", json=body, version="1.4")
+    assert resp.status == 409
+    assert resp.error()["detail"].endswith("resource provider generation conflict")
+
+
+@pytest.mark.parametrize("record, verdict", [
+    ({"total": 4, "bogus": 1, "min_unit": 0, "max_unit": 2 ** 40}, "No such resource class bad-class."),
+    ({"total": -1}, "The reserved value is greater than or equal to total."),
+    ({"total": 4, "reserved": 8, "bogus": 1}, "The reserved value is greater than or equal to total."),
+])
+def test_the_record_of_an_unknown_class_is_not_held_to_the_record_schema(api, record, verdict):
+    rp = _provider_with_generation(api, "lenient-unknown")
+    body = {"resource_provider_generation": 0, "inventories": {"DISK_GB": {"total": 4}, "bad-class": record}}
+    resp = api.put(f"/resource_providers/{rp}/inventories", json=body, version="1.4")
+    assert resp.status == 400
+    assert resp.error()["detail"].endswith(verdict)
+
+
+@pytest.mark.parametrize("record", ["x", {}, {"total": "8"}])
+def test_a_record_placement_would_fail_on_stays_a_schema_error(api, record):
+    rp = _provider_with_generation(api, "broken-unknown")
+    body = {"resource_provider_generation": 0, "inventories": {"bad-class": record}}
+    resp = api.put(f"/resource_providers/{rp}/inventories", json=body)
+    assert resp.status == 400
+    assert "JSON does not validate" in resp.error()["detail"]

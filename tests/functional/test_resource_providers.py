@@ -393,6 +393,8 @@ def test_required_traits(api):
                                              "since microversion 1.39."),
     ("STORAGE_DISK_SSD,BOGUS_TRAIT,CUSTOM_NOPE", "1.39",
      'Invalid trait(s) in "required" parameter: No such trait(s): BOGUS_TRAIT, CUSTOM_NOPE.'),
+    # Required names are looked up before forbidden ones.
+    ("!CUSTOM_GONE,CUSTOM_NOPE", "1.39", 'Invalid trait(s) in "required" parameter: No such trait(s): CUSTOM_NOPE.'),
 ])
 def test_required_errors(api, value, version, fragment):
     assert_error(api.get(f"/resource_providers?required={value}", version=version), 400, fragment)

@@ -52,7 +52,8 @@ class Model:
         self.custom_traits: set[str] = set()
         self.aggregates: list[str] = [str(uuidlib.UUID(int=rng.getrandbits(128))) for _ in range(4)]
         self.consumers: dict[str, int | None] = {}  # uuid -> generation (None: unknown/new)
-        self.refused_consumers: set[str] = set()  # new consumers whose first write failed
+        # New consumers whose first write failed, in the order seen (a dict: ordered).
+        self.refused_consumers: dict[str, None] = {}
         self.projects = ["proj-a", "proj-b", "proj-c"]
         self.users = ["user-a", "user-b"]
         self.counter = 0
@@ -61,7 +62,9 @@ class Model:
         return str(uuidlib.UUID(int=self.rng.getrandbits(128), version=4))
 
     def provider(self) -> str | None:
-        return self.rng.choice(sorted(self.providers)) if self.providers else None
+        # In creation order: a uuid the reference generated must not decide
+        # the pick, or the same seed would give another stream on every run.
+        return self.rng.choice(list(self.providers)) if self.providers else None
 
     def classes(self) -> list[str]:
         return STANDARD_CLASSES[:3] + sorted(self.custom_classes)
@@ -119,7 +122,7 @@ class Model:
                 if method == "GET" and ok and isinstance(body, dict):
                     self.consumers[consumer] = body.get("consumer_generation")
                 elif method == "PUT" and not ok and consumer not in self.consumers:
-                    self.refused_consumers.add(consumer)
+                    self.refused_consumers[consumer] = None
                 elif method in ("PUT", "DELETE") and ok:
                     self.consumers[consumer] = None  # learn it from the next GET
                     if method == "DELETE":
@@ -128,7 +131,7 @@ class Model:
                 for consumer in (sent or {}):
                     self.consumers[consumer] = None
             elif method == "POST" and isinstance(sent, dict):
-                self.refused_consumers.update(c for c in sent if c not in self.consumers)
+                self.refused_consumers.update((c, None) for c in sent if c not in self.consumers)
         for ref in self.providers.values():
             ref.setdefault("generation", 0)
 
@@ -380,9 +383,12 @@ class Generator:
     def consumer(self, new: float = 0.3) -> str:
         if not self.model.consumers or self.chance(new):
             return self.model.new_uuid()
-        known = sorted(self.model.consumers)
+        # In the order seen, never by uuid: a consumer may be named by a provider
+        # uuid the reference generated (GET /allocations/{uuid}), and that order
+        # would change the stream from run to run.
+        known = list(self.model.consumers)
         if self.model.refused_consumers and self.chance(0.1):
-            known = sorted(self.model.refused_consumers)
+            known = list(self.model.refused_consumers)
         return self.rng.choice(known)
 
     def allocation_body(self, v, consumer: str) -> dict:
