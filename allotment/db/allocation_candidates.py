@@ -65,7 +65,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import tables
+from allotment.db import raw_rows, tables
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
 from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot
@@ -94,9 +94,10 @@ def _one(name: str) -> sa.BindParameter:
     return sa.bindparam(name, type_=sa.Integer)
 
 
-def _rows(conn: Connection, statement: sa.Executable, params: dict) -> Sequence[sa.Row]:
-    """All rows at once: one ``fetchall`` instead of a driver call per row."""
-    return conn.execute(statement, params).all()
+def _rows(conn: Connection, statement: sa.Executable, params: dict) -> Sequence[tuple]:
+    """All rows at once (one ``fetchall``), without SQLAlchemy's per-statement
+    work (:mod:`allotment.db.raw_rows`)."""
+    return raw_rows.rows(conn, statement, params)
 
 
 class UnknownTraits(BadRequest):

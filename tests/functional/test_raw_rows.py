@@ -1,0 +1,107 @@
+"""Statements run on the DBAPI cursor give what ``conn.execute`` gives."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from allotment.db import allocation_candidates as ac
+from allotment.db import raw_rows, tables
+from tests.conftest import new_uuid
+
+
+@pytest.fixture
+def cloud(api):
+    """Three providers (one a child) with inventories, usage, traits and an aggregate."""
+    assert api.put("/traits/CUSTOM_RAW").status == 201
+    agg = new_uuid()
+    uuids = []
+    for k in range(3):
+        body = {"name": f"rp{k}", "uuid": new_uuid()}
+        if k == 2:
+            body["parent_provider_uuid"] = uuids[0]
+        assert api.post("/resource_providers", json=body).status == 200
+        uuids.append(body["uuid"])
+    for k, uuid in enumerate(uuids):
+        inventories = {"VCPU": {"total": 8 + k, "allocation_ratio": 1.5},
+                       "DISK_GB": {"total": 100, "reserved": 3, "step_size": 10}}
+        assert api.put(f"/resource_providers/{uuid}/inventories",
+                       json={"inventories": inventories, "resource_provider_generation": 0}).status == 200
+        assert api.put(f"/resource_providers/{uuid}/traits",
+                       json={"traits": ["CUSTOM_RAW", "HW_CPU_X86_AVX2"][:k + 1],
+                             "resource_provider_generation": 1}).status == 200
+        assert api.put(f"/resource_providers/{uuid}/aggregates",
+                       json={"aggregates": [agg], "resource_provider_generation": 2}).status == 200
+    consumer = {"allocations": {uuids[0]: {"resources": {"VCPU": 3, "DISK_GB": 20}}},
+                "project_id": new_uuid(), "user_id": new_uuid(), "consumer_generation": None,
+                "consumer_type": "INSTANCE"}
+    assert api.put(f"/allocations/{new_uuid()}", json=consumer).status == 204
+    return uuids, agg
+
+
+def _both(app, statement, params):
+    with app.db.read() as conn:
+        raw = raw_rows.rows(conn, statement, params)
+        expected = conn.execute(statement, params).all()
+    return [tuple(row) for row in raw], [tuple(row) for row in expected]
+
+
+def test_candidate_statements_same_rows(app, cloud):
+    uuids, agg = cloud
+    with app.db.read() as conn:
+        ids = [row[0] for row in conn.execute(sa.select(tables.resource_providers.c.id)
+                                              .order_by(tables.resource_providers.c.id))]
+    cases = [
+        (ac._NAMES, {"classes": ["VCPU", "DISK_GB", "NOPE"], "traits": ["CUSTOM_RAW"],
+                     "aggregates": [agg], "trees": uuids[:1]}),
+        (ac._NAMES, {"classes": [], "traits": [], "aggregates": [], "trees": []}),
+        (ac._TREE_PROVIDERS, {"roots": ids[:1], "lost": []}),
+        (ac._TREE_PROVIDERS, {"roots": ids, "lost": ids[1:]}),
+        (ac._PROVIDER_USAGE, {"ids": ids}),
+        (ac._PROVIDER_TRAITS, {"ids": ids}),
+        (ac._PROVIDER_RECORDS, {"ids": ids[:3]}),
+        (ac._SHARING_AGGREGATES, {"ids": ids}),
+        (ac._EVERY_INVENTORY, {"classes": [0, 2]}),
+    ]
+    for statement, params in cases:
+        raw, expected = _both(app, statement, params)
+        assert sorted(raw) == sorted(expected), statement
+        # Same values, same Python types (floats, ints, strings).
+        assert sorted(map(repr, raw)) == sorted(map(repr, expected)), statement
+
+
+def test_padded_lists_mean_the_same():
+    assert raw_rows._padded([]) == []
+    assert raw_rows._padded([1]) == [1]
+    assert raw_rows._padded([1, 2]) == [1, 2]
+    assert raw_rows._padded([1, 2, 3]) == [1, 2, 3, 3]
+    assert raw_rows._padded(list(range(5))) == [0, 1, 2, 3, 4, 4, 4, 4]
+
+
+class _Doubled(sa.types.TypeDecorator):
+    """A type SQLAlchemy converts both ways."""
+
+    impl = sa.Integer
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else value * 2
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else value * 10
+
+
+def test_converted_values_go_through_sqlalchemy(app):
+    """A value SQLAlchemy converts (bound or selected) is converted."""
+    selected = sa.select(sa.cast(sa.literal(4), _Doubled), sa.bindparam("n", type_=sa.Integer))
+    assert _both(app, selected, {"n": 4}) == ([(40, 4)], [(40, 4)])
+    bound = sa.select(sa.bindparam("n", type_=_Doubled) + 0)
+    assert _both(app, bound, {"n": 4}) == ([(80,)], [(80,)])  # doubled, then times ten
+
+
+def test_database_error_is_sqlalchemys(app):
+    statement = sa.select(sa.text("x")).select_from(sa.table("no_such_table")).where(
+        sa.column("x").in_(sa.bindparam("ids", expanding=True)))
+    with pytest.raises(sa.exc.DBAPIError):
+        with app.db.read() as conn:
+            raw_rows.rows(conn, statement, {"ids": [1, 2, 3]})
