@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from allotment.db import allocation_candidates as ac
 from allotment.db import raw_rows, tables
-from tests.conftest import new_uuid
+from tests.conftest import BACKEND, new_uuid
 
 
 @pytest.fixture
@@ -105,3 +105,25 @@ def test_database_error_is_sqlalchemys(app):
     with pytest.raises(sa.exc.DBAPIError):
         with app.db.read() as conn:
             raw_rows.rows(conn, statement, {"ids": [1, 2, 3]})
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="statements are prepared on PostgreSQL only")
+def test_postgresql_statements_prepared_once_per_connection(app, cloud):
+    statement = ac._TREE_PROVIDERS
+    with app.db.read() as conn:
+        ids = [row[0] for row in conn.execute(sa.select(tables.resource_providers.c.id))]
+        first = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
+        prepared = dict(conn.connection.info[raw_rows._PREPARED])
+        again = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
+        assert conn.connection.info[raw_rows._PREPARED] == prepared
+        names = {row[0] for row in conn.exec_driver_sql("SELECT name FROM pg_prepared_statements")}
+        assert {execute.split()[1] for execute in prepared.values()} <= names
+        # A statement the session lost (DEALLOCATE by someone else) is run anyway,
+        # and prepared afresh the next time.
+        conn.exec_driver_sql("DEALLOCATE ALL")
+        lost = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
+        assert raw_rows._PREPARED not in conn.connection.info
+        afresh = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
+        assert conn.connection.info[raw_rows._PREPARED]
+    assert first == again == lost == afresh
+    assert len(first) == 3
