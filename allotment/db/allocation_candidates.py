@@ -647,6 +647,9 @@ _RECORDS = _GenerationCache()
 #: A provider's inventories with usage, as built last time, with the usage
 #: they were built from: reused while usage and class names stay the same.
 _INVENTORIES = _GenerationCache()
+#: A provider as built last time: (parent id, root id, class ids of its
+#: records, their usage, the Provider), reused while those are the same.
+_PROVIDERS = _GenerationCache()
 _CLASS_NAMES: dict[int, str] = {}
 
 
@@ -656,6 +659,7 @@ def _note_class_names(class_names: dict[int, str]) -> None:
     global _CLASS_NAMES
     if class_names != _CLASS_NAMES:
         _INVENTORIES.clear()
+        _PROVIDERS.clear()
         _CLASS_NAMES = class_names
 
 
@@ -876,33 +880,66 @@ class _Trees:
         if lost:
             params["lost"] = sorted(lost)
             providers = _rows(self.conn, _TREE_PROVIDERS, params)
-        keys = [(row[0], row[1], row[4]) for row in providers]
-        traits = _TRAITS.fetch(self.conn, _PROVIDER_TRAITS, keys)
-        records = _RECORDS.fetch(self.conn, _PROVIDER_RECORDS, keys)
-        usage = self._usage
-        lacking = [pid for pid, _, _ in keys
-                   if any((pid, record[0]) not in usage for record in records[pid])]
-        if lacking:
-            for pid, class_id, used in _rows(self.conn, _PROVIDER_USAGE, {"ids": lacking}):
-                usage[(pid, class_id)] = int(used)
         aggregates: dict[int, set[str]] = {}
         if self._aggregates:
             for pid, uuid in _rows(self.conn, _TREE_AGGREGATES, {**params, "aggregates": self._aggregates}):
                 aggregates.setdefault(pid, set()).add(uuid)
+        # The provider built last time where nothing it shows changed (its
+        # generation, place in the tree, usage and aggregates): most of
+        # them when one claim was written since.
+        added: list = list(providers)
+        kept: dict[int, tuple] = {}
+        rest = []
+        for i, (pid, uuid, parent, root, generation) in enumerate(providers):
+            built = _PROVIDERS.get(pid, uuid, generation)
+            if built is not None and built[0] == parent and built[1] == root:
+                kept[i] = built
+            else:
+                rest.append(i)
+        # Usage of the classes no candidate row brought (one statement).
+        usage = self._usage
+        class_ids = {added[i][0]: built[2] for i, built in kept.items()}
+        class_ids.update((pid, tuple([record[0] for record in records])) for pid, records in _RECORDS.fetch(
+            self.conn, _PROVIDER_RECORDS, [(added[i][0], added[i][1], added[i][4]) for i in rest]).items())
+        lacking = [pid for pid, ids in class_ids.items() if any((pid, class_id) not in usage for class_id in ids)]
+        if lacking:
+            for pid, class_id, used in _rows(self.conn, _PROVIDER_USAGE, {"ids": lacking}):
+                usage[(pid, class_id)] = int(used)
         no_aggregates: frozenset = frozenset()
-        added = []
-        for pid, uuid, parent, root, generation in providers:
-            added.append(Provider(id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
-                                  traits=traits[pid], aggregates=aggregates.get(pid, no_aggregates),
-                                  inventories=self._inventories(pid, uuid, generation, records[pid], usage)))
+        for i, built in kept.items():
+            pid = added[i][0]
+            if (tuple([usage.get((pid, class_id), 0) for class_id in built[2]]) == built[3]
+                    and aggregates.get(pid, no_aggregates) == built[4].aggregates):
+                added[i] = built[4]
+            else:
+                rest.append(i)
+        if rest:
+            self._build(added, rest, aggregates)
         self.snapshot.add(added)
 
+    def _build(self, added: list, rest: list[int], aggregates: dict[int, set[str]]) -> None:
+        """Build the providers whose rows are at positions ``rest`` of ``added``,
+        in place (their records and usage have been read)."""
+        keys = [(added[i][0], added[i][1], added[i][4]) for i in rest]
+        traits = _TRAITS.fetch(self.conn, _PROVIDER_TRAITS, keys)
+        records = _RECORDS.fetch(self.conn, _PROVIDER_RECORDS, keys)  # cached by load as a rule
+        usage = self._usage
+        no_aggregates: frozenset = frozenset()
+        for i in rest:
+            pid, uuid, parent, root, generation = added[i]
+            # A record written after the usage was read has none yet.
+            used = tuple([usage.get((pid, record[0]), 0) for record in records[pid]])
+            provider = added[i] = Provider(
+                id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
+                traits=traits[pid], aggregates=aggregates.get(pid, no_aggregates),
+                inventories=self._inventories(pid, uuid, generation, records[pid], used))
+            _PROVIDERS.put(pid, uuid, generation,
+                           (parent, root, tuple([record[0] for record in records[pid]]), used, provider))
+
     def _inventories(self, pid: int, uuid: str, generation: int, records: tuple,
-                     usage: dict[tuple[int, int], int]) -> dict[str, ProviderInventory]:
+                     used: tuple[int, ...]) -> dict[str, ProviderInventory]:
         """The provider's inventories with usage; the same objects as last
         time when nothing changed (they are never modified)."""
-        # A record written after the usage was read has none yet.
-        used = tuple([usage.get((pid, record[0]), 0) for record in records])
         cached = _INVENTORIES.get(pid, uuid, generation)
         if cached is not None and cached[0] == used:
             return cached[1]

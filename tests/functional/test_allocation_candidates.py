@@ -185,6 +185,35 @@ def test_summaries_follow_a_deletion_and_a_renamed_class(api, cloud):
                        "CUSTOM_B": {"capacity": 5, "used": 0}}
 
 
+def test_summaries_follow_tree_and_aggregate_changes_that_keep_the_generation(api, cloud, app):
+    """Providers are reused from an earlier request only while their place in
+    the tree, usage and aggregates are the same: here each changes by SQL
+    that leaves the generation alone."""
+    import sqlalchemy as sa
+
+    from allotment.db import tables
+
+    cn1 = cloud.provider("cn1", inventories=COMPUTE)
+    cn2 = cloud.provider("cn2", inventories=COMPUTE, aggregates=(AGG_A,))
+    numa = cloud.provider("numa", "cn1", inventories={"VCPU": 4})
+    assert picks(cloud, candidates(api, f"resources=VCPU:1&member_of={AGG_A}")) == [{"cn2": {"VCPU": 1}}]
+    assert set(candidates(api, "resources=VCPU:1")["provider_summaries"]) == {cn1, cn2, numa}
+    rp, rp_agg, agg = tables.resource_providers, tables.resource_provider_aggregates, tables.placement_aggregates
+    with app.db.write() as conn:
+        ids = dict(conn.execute(sa.select(rp.c.uuid, rp.c.id)).all())
+        conn.execute(sa.update(rp).where(rp.c.uuid == numa).values(parent_provider_id=ids[cn2],
+                                                                    root_provider_id=ids[cn2]))
+        agg_id = conn.execute(sa.select(agg.c.id).where(agg.c.uuid == AGG_A)).scalar_one()
+        conn.execute(sa.insert(rp_agg).values(resource_provider_id=ids[cn1], aggregate_id=agg_id))
+        conn.execute(sa.insert(tables.allocations).values(
+            resource_provider_id=ids[cn2], consumer_id=new_uuid(), resource_class_id=0, used=3))
+    summaries = candidates(api, "resources=VCPU:1")["provider_summaries"]
+    assert summaries[numa]["parent_provider_uuid"] == cn2 and summaries[numa]["root_provider_uuid"] == cn2
+    assert summaries[cn2]["resources"]["VCPU"] == {"capacity": 8, "used": 3}
+    assert picks(cloud, candidates(api, f"resources=VCPU:1&member_of={AGG_A}")) == [
+        {"cn1": {"VCPU": 1}}, {"cn2": {"VCPU": 1}}, {"numa": {"VCPU": 1}}]
+
+
 def test_a_root_written_without_its_root_id_is_its_own_root(api, cloud, app):
     import sqlalchemy as sa
 
