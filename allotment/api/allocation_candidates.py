@@ -260,24 +260,42 @@ def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationReq
             for candidate in candidates]
 
 
+#: Encoded summaries: (provider id, traits shown, tree shown, classes
+#: shown) -> (the Provider, its parent and root uuids, the JSON).  The
+#: database layer gives the same Provider object again while nothing it
+#: shows changed, so a summary is encoded once per provider state rather
+#: than at every request.
+_ENCODED: dict[tuple, tuple] = {}
+#: Encoded summaries kept at most (emptied when full).
+MAX_ENCODED = 200_000
+
+
 def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
-                        summaries: Sequence[solver.ProviderSummary]) -> dict[str, dict]:
+                        summaries: Sequence[solver.ProviderSummary]) -> dict[str, orjson.Fragment]:
     """Each provider with its inventories' capacity and usage (before 1.27
     only the requested classes), traits (1.17) and place in its tree
-    (1.29)."""
+    (1.29), encoded."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
-    requested = None if req.version >= (1, 27) else set(request.resource_class_names())
+    requested = None if req.version >= (1, 27) else frozenset(request.resource_class_names())
+    encoded = _ENCODED
     result = {}
     for summary in summaries:
         provider = summary.provider
-        body: dict = {"resources": {
-            rc: {"capacity": inv.capacity, "used": inv.used}
-            for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
-        if with_traits:
-            body["traits"] = provider.traits  # a tuple: orjson writes an array
-        if nested:
-            body["parent_provider_uuid"] = summary.parent_provider_uuid
-            body["root_provider_uuid"] = summary.root_provider_uuid
-        result[provider.uuid] = body
+        parent, root = summary.parent_provider_uuid, summary.root_provider_uuid
+        key = (provider.id, with_traits, nested, requested)
+        known = encoded.get(key)
+        if known is None or known[0] is not provider or known[1] != parent or known[2] != root:
+            body: dict = {"resources": {
+                rc: {"capacity": inv.capacity, "used": inv.used}
+                for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
+            if with_traits:
+                body["traits"] = provider.traits  # a tuple: orjson writes an array
+            if nested:
+                body["parent_provider_uuid"] = parent
+                body["root_provider_uuid"] = root
+            if len(encoded) >= MAX_ENCODED:
+                encoded.clear()
+            known = encoded[key] = (provider, parent, root, orjson.Fragment(orjson.dumps(body)))
+        result[provider.uuid] = known[3]
     return result
