@@ -210,7 +210,9 @@ def no_root_qualifies(conn: Connection, request: AllocationCandidatesRequest, na
     if traits.forbidden:
         params["rf"] = sorted(names.trait_ids[t] for t in traits.forbidden)
         roots = roots.where(sa.not_(_having_trait(RP.c.id, "rf")))
-    return not _rows(conn, roots, params)
+    # Built per call (rare: only when a name is unknown): SQLAlchemy's own
+    # cache, which matches statements by structure, serves it better.
+    return not conn.execute(roots, params).all()
 
 
 def no_member(conn: Connection, group: RequestGroup, names: Names) -> bool:
@@ -225,7 +227,7 @@ def no_member(conn: Connection, group: RequestGroup, names: Names) -> bool:
     for k, any_of in enumerate(aggregates):
         params[f"ma{k}"] = sorted(names.aggregate_ids[u] for u in any_of if u in names.aggregate_ids)
         members = members.where(_in_aggregates(RP.c.id, f"ma{k}"))
-    return not _rows(conn, members, params)
+    return not conn.execute(members, params).all()  # built per call, as above
 
 
 # ---------------------------------------------------------------------------

@@ -35,7 +35,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-#: Compiled forms kept at most (statement x dialect x list lengths).
+#: Compiled forms kept at most, and expanded ones (statement x dialect x
+#: list lengths); meant for statements built once per process (or per
+#: query shape), not per call.
 MAX_ENTRIES = 4096
 
 _PYFORMAT = re.compile(r"%%|%\(([^)]+)\)s")
@@ -90,6 +92,8 @@ def _plan(dialect, statement: sa.Executable, params: dict, key: tuple) -> _Plan:
     compiled_key = (statement, key[1])
     compiled = _COMPILED.get(compiled_key)
     if compiled is None:
+        if len(_COMPILED) >= MAX_ENTRIES:
+            _COMPILED.clear()
         compiled = _COMPILED[compiled_key] = statement.compile(dialect=dialect)
     sample = {name: ([_Value(name, i) for i in range(len(value))] if isinstance(value, list)
                      else _Value(name, None))
