@@ -568,13 +568,21 @@ class _GenerationCache:
     :mod:`allotment.db.inventories` and the reshaper): a value is kept with
     the generation read *in the same statement*, and used only when the
     request's own snapshot read that generation.  The uuid guards against
-    an id reused by a new provider.  Bounded: emptied when full.
+    an id reused by a new provider.
+
+    Bounded: emptied when it holds ``MAX_ENTRIES`` providers.  Equal values
+    are kept once (:meth:`shared`): a cloud's hosts mostly share their
+    trait sets and inventory records, so an entry costs little more than
+    its key (measured at large scale: about 0.65 KiB per provider for the
+    three caches together, against 2.3 KiB with a copy per provider).
     """
 
     MAX_ENTRIES = 200_000
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[str, int, object]] = {}
+        # value -> the one copy of it kept (at most one per entry)
+        self._values: dict = {}
 
     def get(self, provider_id: int, uuid: str, generation: int):
         entry = self._entries.get(provider_id)
@@ -584,11 +592,28 @@ class _GenerationCache:
 
     def put(self, provider_id: int, uuid: str, generation: int, value) -> None:
         if len(self._entries) >= self.MAX_ENTRIES:
-            self._entries = {}
+            self.clear()
         self._entries[provider_id] = (uuid, generation, value)
+
+    def kept(self, key):
+        """The value kept under ``key`` (hashable) by :meth:`keep`, or None."""
+        return self._values.get(key)
+
+    def keep(self, key, value):
+        """Keep ``value`` under ``key`` (at most ``MAX_ENTRIES`` of them)."""
+        if len(self._values) >= self.MAX_ENTRIES:
+            self._values = {}
+        self._values[key] = value
+        return value
+
+    def shared(self, value):
+        """The one copy kept of values equal to ``value`` (hashable)."""
+        known = self._values.get(value)
+        return self.keep(value, value) if known is None else known
 
     def clear(self) -> None:
         self._entries = {}
+        self._values = {}
 
     def fetch(self, conn: Connection, statement: sa.Executable,
               providers: Iterable[tuple[int, str, int]]) -> dict:
@@ -598,27 +623,30 @@ class _GenerationCache:
         provider without items) and kept as a tuple of items (an item of
         several columns is a tuple)."""
         found = {}
-        missing = []
+        missing = {}
         for pid, uuid, generation in providers:
             known = self.get(pid, uuid, generation)
             if known is None:
-                missing.append(pid)
+                missing[pid] = uuid
             else:
                 found[pid] = known
         if missing:
             read: dict[int, list] = {}
             seen: dict[int, tuple[str, int]] = {}
-            for row in _rows(conn, statement, {"ids": missing}):
+            for row in _rows(conn, statement, {"ids": list(missing)}):
                 pid = row[0]
                 items = read.get(pid)
                 if items is None:
                     items = read[pid] = []
                     seen[pid] = (row[1], row[2])
                 if row[3] is not None:
-                    items.append(row[3] if len(row) == 4 else tuple(row[3:]))
+                    items.append(self.shared(row[3] if len(row) == 4 else tuple(row[3:])))
             for pid, items in read.items():
-                found[pid] = value = tuple(items)
-                self.put(pid, *seen[pid], value)
+                found[pid] = value = self.shared(tuple(items))
+                uuid, generation = seen[pid]
+                # The caller's copy of an equal uuid: one copy per provider.
+                asked = missing[pid]
+                self.put(pid, asked if asked == uuid else uuid, generation, value)
         return found
 
 
@@ -908,8 +936,13 @@ class _Trees:
         class_names = self.class_names
         # (A class created after this request read the class names cannot
         # be one it asked for: such a record is left out.)
-        inventories = {class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
-                       for record, amount in zip(records, used) if record[0] in class_names}
+        # Providers with the same records (kept once) and usage share one
+        # (never modified) mapping.
+        inventories = _INVENTORIES.kept((records, used))
+        if inventories is None:
+            inventories = _INVENTORIES.keep((records, used), {
+                class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
+                for record, amount in zip(records, used) if record[0] in class_names})
         _INVENTORIES.put(pid, uuid, generation, (used, inventories))
         return inventories
 
