@@ -741,8 +741,10 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
 
 
 #: Under a limit, the candidate inventories are read a window of root ids
-#: at a time (the first one spanning this many ids, or twice the limit; each
-#: further one twice as many), so that a small limit reads few trees.  A
+#: at a time (the first one spanning this many ids, or 1.25 times the limit;
+#: each further one as many as the anchors still wanted need at the density
+#: of anchors seen so far, plus a quarter), so that a small limit reads few
+#: trees.  A
 #: window costs more per tree than reading every inventory of a class, so
 #: once the next window would span more than 1/REST_SHARE of the ids left,
 #: the rest is read in one go.
@@ -750,8 +752,22 @@ FIRST_WINDOW = 32
 REST_SHARE = 4
 
 
+def _more(wanted: int) -> int:
+    """Anchors per round once ``wanted`` anchors gave fewer candidates."""
+    return max(1, wanted // 4)
+
+
 def _first_span(wanted: int) -> int:
-    return max(FIRST_WINDOW, 2 * wanted)
+    return max(FIRST_WINDOW, wanted + _more(wanted))
+
+
+def _next_span(span: int, covered: int, found: int, still: int) -> int:
+    """Ids of the next window: enough for ``still`` more anchors, with a
+    quarter to spare, at the density seen so far (``found`` anchors in the
+    ``covered`` ids read); twice the last ``span`` while none was seen."""
+    if not found:
+        return span * 2
+    return max(FIRST_WINDOW, -(-still * covered * 5 // (found * 4)))
 
 
 def _rest_now(span: int, low: int, last: int) -> bool:
@@ -793,6 +809,7 @@ def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: N
 
     def windows() -> Iterator[list[int]]:
         low, span = names.min_provider_id, _first_span(wanted)
+        found, more = 0, _more(wanted)
         while low <= last:
             if _rest_now(span, low, last):
                 rows = _rows(conn, _fitting_statement(shape, REST), {**params, "lo": low})
@@ -803,10 +820,16 @@ def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: N
                 rows.extend(row for row in rootless if low <= row[1] <= high)
             trees.add_rows(rows)
             anchors, _ = _anchor_roots(request, names, sharing, lending + rows)
-            yield [root for root in anchors if low <= root and (high is None or root <= high)]
+            anchors = [root for root in anchors if low <= root and (high is None or root <= high)]
+            yield anchors
             if high is None:
                 return
-            low, span = high + 1, span * 2
+            # The search wants more: every anchor so far has been searched.
+            found += len(anchors)
+            still = wanted - found
+            if still <= 0:  # some gave nothing
+                still, more = more, more * 2
+            low, span = high + 1, _next_span(span, high - names.min_provider_id + 1, found, still)
 
     return Candidates(trees.snapshot, trees.in_windows(windows(), wanted))
 
@@ -861,25 +884,33 @@ class _Trees:
         """The anchors of each window in turn, trees loaded in rounds."""
         given = 0
         for anchors in windows:
-            for root in self.in_rounds(anchors, wanted - given):
+            for root in self.in_rounds(anchors, wanted - given, more=_more(wanted)):
                 given += 1
                 yield root
 
-    def in_rounds(self, anchors: Sequence[int], wanted: int) -> Iterator[int]:
+    def in_rounds(self, anchors: Sequence[int], wanted: int, more: int | None = None) -> Iterator[int]:
         """The anchors, loading their trees a round ahead of the search.
 
         A round ends at its budget of candidate inventories (big trees
         yield many candidates each) or, as an anchor gives at least one
         candidate as a rule, once it holds as many anchors as candidates
         are still missing; rounds grow, so that an answer takes a few.
+        Once as many anchors as candidates wanted are out and the search
+        still asks (some gave nothing), rounds of ``more`` anchors follow,
+        doubling: the few that are still missing should not load every
+        tree the budget allows.
         """
         budget = FIRST_ROUND
+        more = _more(wanted) if more is None else more
         start = 0
         while start < len(anchors):
             end = start
             weight = 0
             missing = wanted - start
-            while end < len(anchors) and weight < budget and (end - start < missing or missing <= 0):
+            if missing <= 0:
+                missing = more
+                more *= 2
+            while end < len(anchors) and weight < budget and end - start < missing:
                 weight += self._weight.get(anchors[end], 1)
                 end += 1
             chunk = anchors[start:end]
