@@ -414,10 +414,15 @@ def _group_conditions(shape: _GroupShape, prefix: str) -> list[sa.ColumnElement[
     if shape.forbidden:
         conditions.append(sa.not_(_having_trait(RP.c.id, f"{prefix}ft")))
     for k in range(shape.member_of):
-        member = _in_aggregates(RP.c.id, f"{prefix}ma{k}")
+        # Not correlated (as the tree traits below): the members are
+        # listed once, where a correlated test probes every aggregate of
+        # the list for every inventory of the class.
+        members = (sa.select(RP_AGG.c.resource_provider_id)
+                   .where(RP_AGG.c.aggregate_id.in_(_many(f"{prefix}ma{k}"))))
+        member = RP.c.id.in_(members)
         if not shape.suffixed:
             # An aggregate on the root spans its tree.
-            member = sa.or_(member, _in_aggregates(_ROOT, f"{prefix}ma{k}"))
+            member = sa.or_(member, _ROOT.in_(members))
         conditions.append(member)
     if shape.forbidden_aggregates:
         conditions.append(sa.not_(_in_aggregates(RP.c.id, f"{prefix}fa")))
