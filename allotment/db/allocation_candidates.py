@@ -746,10 +746,10 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
 
 
 #: Under a limit, the candidate inventories are read a window of root ids
-#: at a time (the first one spanning this many ids, or 1.25 times the limit;
+#: at a time (the first one spanning this many ids, or twice the limit;
 #: each further one as many as the anchors still wanted need at the density
-#: of anchors seen so far, plus a quarter), so that a small limit reads few
-#: trees.  A
+#: of anchors seen so far, plus a quarter, at most twice the last), so that
+#: a small limit reads few trees.  A
 #: window costs more per tree than reading every inventory of a class, so
 #: once the next window would span more than 1/REST_SHARE of the ids left,
 #: the rest is read in one go.
@@ -763,16 +763,17 @@ def _more(wanted: int) -> int:
 
 
 def _first_span(wanted: int) -> int:
-    return max(FIRST_WINDOW, wanted + _more(wanted))
+    return max(FIRST_WINDOW, 2 * wanted)
 
 
 def _next_span(span: int, covered: int, found: int, still: int) -> int:
     """Ids of the next window: enough for ``still`` more anchors, with a
     quarter to spare, at the density seen so far (``found`` anchors in the
-    ``covered`` ids read); twice the last ``span`` while none was seen."""
+    ``covered`` ids read), but at most twice the last ``span`` (an anchor
+    may give many candidates: ``still`` counts one each)."""
     if not found:
         return span * 2
-    return max(FIRST_WINDOW, -(-still * covered * 5 // (found * 4)))
+    return max(FIRST_WINDOW, min(span * 2, -(-still * covered * 5 // (found * 4))))
 
 
 def _rest_now(span: int, low: int, last: int) -> bool:
