@@ -323,8 +323,8 @@ def test_a_limit_reads_root_windows_and_answers_as_the_whole(api, cloud, app, mo
     searched = []
     real_in_rounds = db._Trees.in_rounds
 
-    def recording_in_rounds(self, anchors, wanted):
-        for root in real_in_rounds(self, anchors, wanted):
+    def recording_in_rounds(self, anchors, wanted, **options):
+        for root in real_in_rounds(self, anchors, wanted, **options):
             searched.append(root)
             yield root
 
