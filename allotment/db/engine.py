@@ -12,6 +12,12 @@ SQLite gets WAL (readers never wait for the writer), foreign keys, a busy
 timeout, and ``BEGIN IMMEDIATE`` for write transactions: taking the write
 lock up front means two processes never both read and then fail to upgrade,
 which is what makes other servers answer ``500 database is locked``.
+
+PostgreSQL connections stay in the driver's autocommit mode, and a
+transaction's ``BEGIN`` / ``COMMIT`` / ``ROLLBACK`` are sent by us
+(:func:`_setup_postgresql`): reads then need no transaction at all, and no
+connection is switched between modes per request (each switch cost psycopg2
+a ``SET default_transaction_isolation`` round trip).
 """
 
 from __future__ import annotations
@@ -63,8 +69,11 @@ def normalize_url(url: str) -> sa.engine.URL:
 def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
                   pool_timeout: int | None = None, recycle: int = 3600,
                   sqlite_synchronous: bool = True, mysql_sql_mode: str | None = "TRADITIONAL",
-                  echo: bool = False, sqlite_wal: bool = True) -> Engine:
-    """``sqlite_wal=False`` leaves a SQLite file's journal mode as it is (a copy's source)."""
+                  echo: bool = False, sqlite_wal: bool = True, pg_autocommit: bool = False) -> Engine:
+    """``sqlite_wal=False`` leaves a SQLite file's journal mode as it is (a copy's source).
+    ``pg_autocommit``: PostgreSQL (psycopg2) transactions are sent by us on
+    connections the driver keeps in autocommit (:func:`_setup_postgresql`;
+    not for server-side cursors, which psycopg2 refuses there)."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     kwargs: dict = {"future": True, "echo": echo}
@@ -76,11 +85,15 @@ def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
         kwargs.update(pool_size=pool_size, max_overflow=max_overflow, pool_recycle=recycle)
         if pool_timeout is not None:
             kwargs["pool_timeout"] = pool_timeout
+    if pg_autocommit and backend == "postgresql" and parsed.get_driver_name() == "psycopg2":
+        kwargs["isolation_level"] = "AUTOCOMMIT"
     engine = sa.create_engine(parsed, **kwargs)
     if backend == "sqlite":
         _setup_sqlite(engine, sqlite_synchronous, sqlite_wal)
     else:
         _ping_idle_connections(engine)
+        if kwargs.get("isolation_level") == "AUTOCOMMIT":
+            _setup_postgresql(engine)
         if backend == "mysql" and mysql_sql_mode:
             _setup_mysql(engine, mysql_sql_mode)
     return engine
@@ -141,6 +154,66 @@ def _setup_sqlite(engine: Engine, synchronous: bool, wal: bool = True) -> None:
             conn.exec_driver_sql("BEGIN")
 
 
+#: Execution option of a connection whose statements need no transaction
+#: (PostgreSQL: each statement of a READ COMMITTED transaction has a
+#: snapshot of its own anyway).
+NO_TRANSACTION = "allotment_no_transaction"
+_OPEN = "allotment_open_transaction"
+_PG_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+
+def _setup_postgresql(engine: Engine) -> None:
+    """Transactions sent by hand on connections the driver keeps in autocommit.
+
+    SQLAlchemy still opens and closes its transactions as usual; at each
+    begin it asks the dialect to ``do_begin``, which sends ``BEGIN`` unless
+    the connection's execution options say :data:`NO_TRANSACTION`.  Commit
+    and rollback look at libpq's transaction status (known without a round
+    trip) and send ``COMMIT`` / ``ROLLBACK`` only when a transaction is open;
+    the pool's rollback of a returned connection is then free.  A
+    connection given another isolation level for a while (``copy`` asks for
+    REPEATABLE READ) leaves autocommit until it is reset, and the driver's
+    own transaction handling applies meanwhile.
+    """
+    import psycopg2.extensions as ext
+
+    dialect = engine.dialect
+    idle = ext.TRANSACTION_STATUS_IDLE
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.connection.info[_OPEN] = not conn.get_execution_options().get(NO_TRANSACTION)
+
+    def _send(proxied, statement: str) -> None:
+        cursor = proxied.cursor()
+        try:
+            cursor.execute(statement)
+        finally:
+            cursor.close()
+
+    def do_begin(proxied):
+        if proxied.info.pop(_OPEN, True) and proxied.dbapi_connection.autocommit:
+            _send(proxied, _PG_BEGIN)
+
+    def do_commit(proxied):
+        raw = proxied.dbapi_connection
+        if not raw.autocommit:
+            raw.commit()
+        elif raw.info.transaction_status != idle:
+            _send(proxied, "COMMIT")
+
+    def do_rollback(proxied):
+        raw = proxied.dbapi_connection
+        if not raw.autocommit:
+            raw.rollback()
+        elif raw.info.transaction_status != idle:
+            _send(proxied, "ROLLBACK")
+
+    dialect.do_begin = do_begin
+    dialect.do_commit = do_commit
+    dialect.do_rollback = do_rollback
+
+
 def _setup_mysql(engine: Engine, sql_mode: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -179,7 +252,7 @@ class Database:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = create_engine(self.url, **self._engine_kwargs)
+            self._engine = create_engine(self.url, pg_autocommit=True, **self._engine_kwargs)
         return self._engine
 
     @property
@@ -204,8 +277,7 @@ class Database:
         """
         with self.engine.connect() as conn:
             if self.engine.dialect.name == "postgresql":
-                yield conn.execution_options(isolation_level="AUTOCOMMIT")
-                return
+                conn = conn.execution_options(**{NO_TRANSACTION: True})
             with conn.begin():
                 yield conn
 
