@@ -219,14 +219,15 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     (project, user) recorded for requests without one.  Raises the errors
     above; the caller's transaction must roll back on any of them.
     """
-    existing, old_rows = _read_consumers(conn, [r.consumer_uuid for r in requests])
+    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
+    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
+    found = _read_for_write(conn, requests, wanted, names, incomplete_owner)
+    existing, old_rows, by_uuid, by_id, class_ids = (found.consumers, found.old_rows, found.providers,
+                                                     found.generations, found.class_ids)
     emptied = {r.consumer_uuid for r in requests if not r.resources}
     # Placement bumps the providers a consumer is emptied from, not those
     # it merely moves away from.
     release_ids = {row.provider_id for row in old_rows if row.consumer_uuid in emptied}
-    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
-    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
-    by_uuid, by_id, class_ids = _read_providers_and_classes(conn, wanted, release_ids, names)
     # Placement checks the consumers' generations before it looks the
     # providers up (see ``keep_new_consumers``).
     _check_consumer_generations(requests, existing)
@@ -252,7 +253,8 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
         raise ProviderConflict() from None
-    _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows})
+    _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows},
+                     found.owners)
     old_ids = [row.id for row in old_rows]
     if old_ids:
         conn.execute(_DELETE_ROWS, {"ids": old_ids})
@@ -343,6 +345,84 @@ _PROVIDERS_AND_CLASSES = sa.union_all(
 )
 _DELETE_ROWS = sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True)))
 _INSERT_ROW = sa.insert(ALLOC)
+_T = tables.consumer_types
+# Everything a write reads before it changes anything, in one statement (one
+# round trip, and on PostgreSQL one snapshot): the consumers' records and
+# rows, the providers named and those the consumers hold allocations
+# against (their generations), the classes named, and the ids of the
+# projects, users and consumer types the new records may need.
+_READ_FOR_WRITE = sa.union_all(
+    _CONSUMERS_AND_ROWS.selects[0],
+    _CONSUMERS_AND_ROWS.selects[1],
+    sa.select(sa.literal_column("'p'"), RP.c.id, RP.c.uuid, RP.c.generation,
+              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
+    .where(sa.or_(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)),
+                  RP.c.id.in_(sa.select(ALLOC.c.resource_provider_id).where(
+                      ALLOC.c.consumer_id.in_(sa.bindparam("held_uuids", expanding=True)))))),
+    sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null(),
+              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
+    .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
+    sa.select(sa.literal_column("'P'"), _P.c.id, _P.c.external_id, sa.null(),
+              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
+    .where(_P.c.external_id.in_(sa.bindparam("projects", expanding=True))),
+    sa.select(sa.literal_column("'U'"), _U.c.id, _U.c.external_id, sa.null(),
+              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
+    .where(_U.c.external_id.in_(sa.bindparam("users", expanding=True))),
+    sa.select(sa.literal_column("'T'"), _T.c.id, _T.c.name, sa.null(),
+              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
+    .where(_T.c.name.in_(sa.bindparam("types", expanding=True))),
+)
+
+
+@dataclass
+class _Found:
+    """What ``_read_for_write`` read."""
+
+    consumers: dict[str, consumers.Consumer] = field(default_factory=dict)
+    old_rows: list[_OldRow] = field(default_factory=list)
+    providers: dict[str, Row] = field(default_factory=dict)
+    #: provider id -> generation, of the providers named and those held
+    generations: dict[int, int] = field(default_factory=dict)
+    class_ids: dict[str, int] = field(default_factory=dict)
+    #: ("P" | "U" | "T", external id or type name) -> id, of those that exist
+    owners: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], wanted: Sequence[str],
+                    names: Sequence[str], incomplete_owner: tuple[str, str]) -> _Found:
+    """The reads of ``write_allocations``, in one query."""
+    uuids = [r.consumer_uuid for r in requests]
+    projects, users, types = set(), set(), set()
+    for r in requests:
+        project, user = (r.project_id, r.user_id) if r.project_id is not None else incomplete_owner
+        projects.add(project)
+        users.add(user)
+        if r.set_consumer_type and r.consumer_type is not None:
+            types.add(r.consumer_type)
+    found = _Found()
+    for kind, ident, text, generation, number, user_id, type_id, project, user in conn.execute(
+            _READ_FOR_WRITE, {"consumer_uuids": uuids, "row_uuids": uuids, "held_uuids": uuids,
+                              "uuids": list(wanted), "names": list(names), "projects": list(projects),
+                              "users": list(users), "types": list(types)}):
+        if kind == "c":
+            found.consumers[text] = consumers.Consumer(ident, text, generation, number, user_id, project, user,
+                                                       type_id)
+        elif kind == "a":  # an allocation row: amount, provider and class in the consumer's columns
+            found.old_rows.append(_OldRow(ident, text, number, user_id, generation))
+        elif kind == "p":
+            found.providers[text] = _Provider(ident, text, generation)
+            found.generations[ident] = generation
+        elif kind == "r":
+            found.class_ids[text] = ident
+        else:
+            found.owners[(kind, text)] = ident
+    return found
+
+
+class _Provider(NamedTuple):
+    id: int
+    uuid: str
+    generation: int
 
 
 def _read_consumers(conn: Connection, uuids: Sequence[str]
@@ -392,7 +472,8 @@ def resource_class_ids(conn: Connection, names: Iterable[str]) -> dict[str, int]
 
 def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
                      existing: Mapping[str, consumers.Consumer],
-                     incomplete_owner: tuple[str, str], holding: set[str]) -> None:
+                     incomplete_owner: tuple[str, str], holding: set[str],
+                     known_owners: dict[tuple[str, str], int] | None = None) -> None:
     """Swap the generation of (or create, or delete) every consumer written.
 
     Emptying a consumer deletes its record when it held allocations.  As
@@ -414,11 +495,11 @@ def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
             if not request.resources:
                 if record is None:
                     consumers.insert(conn, request.consumer_uuid,
-                                     _owner(conn, request, None, incomplete_owner), generation=0)
+                                     _owner(conn, request, None, incomplete_owner, known_owners), generation=0)
                 elif request.consumer_uuid in holding:
                     consumers.delete(conn, record)
                 continue
-            owner = _owner(conn, request, record, incomplete_owner)
+            owner = _owner(conn, request, record, incomplete_owner, known_owners)
             if record is not None:
                 consumers.bump(conn, record, owner)
             else:
@@ -430,14 +511,15 @@ def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
 
 
 def _owner(conn: Connection, request: ConsumerAllocations, record: consumers.Consumer | None,
-           incomplete_owner: tuple[str, str]) -> consumers.Owner:
+           incomplete_owner: tuple[str, str],
+           known: dict[tuple[str, str], int] | None = None) -> consumers.Owner:
     project, user = request.project_id, request.user_id
     if project is None:
         project, user = incomplete_owner
     new_type = request.consumer_type if request.set_consumer_type else None
     if record is not None and (record.project, record.user) == (project, user) and new_type is None:
         return consumers.Owner(record.project_id, record.user_id, record.consumer_type_id)
-    owner = consumers.ensure_owner(conn, project, user, new_type)
+    owner = consumers.ensure_owner(conn, project, user, new_type, known=known)
     if new_type is None:
         owner = consumers.Owner(owner.project_id, owner.user_id,
                                 record.consumer_type_id if record is not None else None)
@@ -534,7 +616,6 @@ class ConsumerView:
     last_modified: datetime.datetime | None
 
 
-_T = tables.consumer_types
 _FOR_CONSUMER = (
     sa.select(RP.c.uuid, RP.c.generation, RC.c.name, ALLOC.c.used, ALLOC.c.created_at,
               ALLOC.c.updated_at, _C.c.id.label("consumer_id"), _C.c.generation.label("consumer_generation"),
