@@ -80,7 +80,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from allotment.db import consumers, generations, tables
-from allotment.db.engine import utcnow
+from allotment.db.engine import prepared, utcnow
 from allotment.domain import capacity
 from allotment.domain.errors import BadRequest, ConcurrentUpdate, Conflict, NotFound
 
@@ -343,7 +343,7 @@ _PROVIDERS_AND_CLASSES = sa.union_all(
     sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null())
     .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
 )
-_DELETE_ROWS = sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True)))
+_DELETE_ROWS = prepared(sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True))))
 _INSERT_ROW = sa.insert(ALLOC)
 _T = tables.consumer_types
 # Everything a write reads before it changes anything, in one statement (one
@@ -351,7 +351,7 @@ _T = tables.consumer_types
 # rows, the providers named and those the consumers hold allocations
 # against (their generations), the classes named, and the ids of the
 # projects, users and consumer types the new records may need.
-_READ_FOR_WRITE = sa.union_all(
+_READ_FOR_WRITE = prepared(sa.union_all(
     _CONSUMERS_AND_ROWS.selects[0],
     _CONSUMERS_AND_ROWS.selects[1],
     sa.select(sa.literal_column("'p'"), RP.c.id, RP.c.uuid, RP.c.generation,
@@ -371,7 +371,7 @@ _READ_FOR_WRITE = sa.union_all(
     sa.select(sa.literal_column("'T'"), _T.c.id, _T.c.name, sa.null(),
               sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
     .where(_T.c.name.in_(sa.bindparam("types", expanding=True))),
-)
+))
 
 
 @dataclass
@@ -532,7 +532,7 @@ _USED = (
            ALLOC.c.resource_class_id == INV.c.resource_class_id)
     .scalar_subquery()
 )
-_INVENTORY_USAGE = (
+_INVENTORY_USAGE = prepared(
     sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
               INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, _USED.label("used"))
     .where(INV.c.resource_provider_id.in_(sa.bindparam("provider_ids", expanding=True)),
@@ -616,7 +616,7 @@ class ConsumerView:
     last_modified: datetime.datetime | None
 
 
-_FOR_CONSUMER = (
+_FOR_CONSUMER = prepared(
     sa.select(RP.c.uuid, RP.c.generation, RC.c.name, ALLOC.c.used, ALLOC.c.created_at,
               ALLOC.c.updated_at, _C.c.id.label("consumer_id"), _C.c.generation.label("consumer_generation"),
               _P.c.external_id.label("project"), _U.c.external_id.label("user"),
@@ -663,7 +663,7 @@ class ProviderView:
     last_modified: datetime.datetime | None
 
 
-_FOR_PROVIDER = (
+_FOR_PROVIDER = prepared(
     sa.select(RP.c.generation.label("provider_generation"), ALLOC.c.consumer_id, RC.c.name,
               ALLOC.c.used, ALLOC.c.created_at, ALLOC.c.updated_at,
               _C.c.generation.label("consumer_generation"))

@@ -31,7 +31,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from allotment.db import generations, tables
-from allotment.db.engine import utcnow
+from allotment.db.engine import prepared, utcnow
 from allotment.domain.errors import ConcurrentUpdate
 
 CONSUMERS = tables.consumers
@@ -75,15 +75,15 @@ class Owner:
 
 
 # Statements built once: each is compiled once per process, not per request.
-_INSERTS = {table.name: sa.insert(table) for table in (PROJECTS, USERS, TYPES, CONSUMERS)}
-_DELETE_AT_GENERATION = sa.delete(CONSUMERS).where(CONSUMERS.c.id == sa.bindparam("consumer_id"),
-                                                   CONSUMERS.c.generation == sa.bindparam("seen"))
-_OWNER_LOOKUP = sa.union_all(
+_INSERTS = {table.name: prepared(sa.insert(table)) for table in (PROJECTS, USERS, TYPES, CONSUMERS)}
+_DELETE_AT_GENERATION = prepared(sa.delete(CONSUMERS).where(CONSUMERS.c.id == sa.bindparam("consumer_id"),
+                                                            CONSUMERS.c.generation == sa.bindparam("seen")))
+_OWNER_LOOKUP = prepared(sa.union_all(
     sa.select(sa.literal_column("'p'").label("kind"), PROJECTS.c.id)
     .where(PROJECTS.c.external_id == sa.bindparam("project")),
     sa.select(sa.literal_column("'u'"), USERS.c.id).where(USERS.c.external_id == sa.bindparam("user")),
     sa.select(sa.literal_column("'t'"), TYPES.c.id).where(TYPES.c.name == sa.bindparam("type")),
-)
+))
 
 
 def _insert_name(conn: Connection, table: sa.Table, column: str, value: str, what: str) -> int:

@@ -22,10 +22,12 @@ a ``SET default_transaction_isolation`` round trip).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import logging
 import random
+import re
 import time
 from typing import Callable, Iterator, TypeVar
 
@@ -212,6 +214,126 @@ def _setup_postgresql(engine: Engine) -> None:
     dialect.do_begin = do_begin
     dialect.do_commit = do_commit
     dialect.do_rollback = do_rollback
+    _prepare_statements(engine)
+
+
+#: Execution option of a statement that PostgreSQL should plan once per
+#: connection (see :func:`_prepare_statements`); :func:`prepared` sets it.
+PREPARE = "allotment_prepare"
+#: Prepared statements kept per connection (least recently used first out).
+PREPARED_PER_CONNECTION = 256
+_PREPARED = "allotment_prepared"
+_PLACEHOLDER = re.compile(r"%\(([^)]+)\)s")
+
+
+def prepared(statement: T) -> T:
+    """``statement``, marked to be a server-side prepared statement on
+    PostgreSQL.  Only for statements whose every parameter's type
+    PostgreSQL can infer from where it stands (``PREPARE`` must not fail
+    inside a transaction) and that run many times with one shape."""
+    return statement.execution_options(**{PREPARE: True})
+
+
+class _Prepared:
+    """The statements prepared on one DBAPI connection."""
+
+    __slots__ = ("names", "counter")
+
+    def __init__(self) -> None:
+        self.names: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self.counter = 0
+
+
+#: statement text -> (text with $n placeholders, "(%(a)s, %(b)s)" arguments)
+_CONVERTED: dict[str, tuple[str, str]] = {}
+
+
+def _convert(statement: str) -> tuple[str, str]:
+    converted = _CONVERTED.get(statement)
+    if converted is None:
+        numbers: dict[str, int] = {}
+
+        def number(match: re.Match) -> str:
+            return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+        text = _PLACEHOLDER.sub(number, statement)
+        arguments = "(" + ", ".join(f"%({name})s" for name in numbers) + ")"
+        converted = (text, arguments)
+        if len(_CONVERTED) < 4096:
+            _CONVERTED[statement] = converted
+    return converted
+
+
+def execute_prepared(proxied, cursor, sql: str) -> None:
+    """Execute ``sql`` (no parameters) with ``cursor`` of the pooled
+    connection ``proxied``, as a prepared statement where the engine keeps
+    them (:func:`_prepare_statements`), plainly elsewhere."""
+    known: _Prepared | None = proxied.info.get(_PREPARED)
+    if known is None:
+        cursor.execute(sql)
+        return
+    name = known.names.get(sql)
+    if name is not None:
+        known.names.move_to_end(sql)
+        cursor.execute(f"EXECUTE {name}")
+        return
+    name, prefix = _new_name(known)
+    cursor.execute(f"{prefix}PREPARE {name} AS {sql}; EXECUTE {name}")
+    known.names[sql] = name
+
+
+def _new_name(known: _Prepared) -> tuple[str, str]:
+    """A name never used on the connection, and the ``DEALLOCATE`` to send
+    first when the connection keeps as many statements as it may."""
+    known.counter += 1
+    prefix = ""
+    if len(known.names) >= PREPARED_PER_CONNECTION:
+        _, dropped = known.names.popitem(last=False)
+        prefix = f"DEALLOCATE {dropped}; "
+    return f"allotment_{known.counter}", prefix
+
+
+def _prepare_statements(engine: Engine) -> None:
+    """Statements marked :func:`prepared` are parsed and planned once per
+    connection: ``PREPARE`` the first time (sent with the first ``EXECUTE``,
+    one round trip), ``EXECUTE`` after.  Planning is most of what the
+    server spends on the short statements of a write (a union of a few
+    indexed lookups: 160 us as a plain statement, 17 us executed).
+
+    A prepared statement outlives the transaction that made it, even one
+    that fails; the name is recorded only once its statement succeeded,
+    and a statement prepared again gets a new name, so none is ever made
+    twice.  psycopg2 still puts the values into the ``EXECUTE`` text, as
+    it does into plain statements.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(_dbapi_conn, record):
+        record.info[_PREPARED] = _Prepared()
+
+    @event.listens_for(engine, "before_cursor_execute", retval=True)
+    def _before(conn, _cursor, statement, parameters, context, executemany):
+        if (executemany or not parameters or context is None
+                or not context.execution_options.get(PREPARE) or not isinstance(parameters, dict)):
+            return statement, parameters
+        known: _Prepared | None = conn.connection.info.get(_PREPARED)
+        if known is None:
+            return statement, parameters
+        text, arguments = _convert(statement)
+        name = known.names.get(statement)
+        if name is not None:
+            known.names.move_to_end(statement)
+            return f"EXECUTE {name}{arguments}", parameters
+        name, prefix = _new_name(known)
+        context._allotment_prepared = (known, statement, name)
+        return f"{prefix}PREPARE {name} AS {text}; EXECUTE {name}{arguments}", parameters
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(_conn, _cursor, _statement, _parameters, context, _executemany):
+        made = getattr(context, "_allotment_prepared", None)
+        if made is not None:
+            known, statement, name = made
+            known.names[statement] = name
 
 
 def _setup_mysql(engine: Engine, sql_mode: str) -> None:
