@@ -354,11 +354,15 @@ _T = tables.consumer_types
 _READ_FOR_WRITE = prepared(sa.union_all(
     _CONSUMERS_AND_ROWS.selects[0],
     _CONSUMERS_AND_ROWS.selects[1],
+    # Providers named, and (a second branch: an OR would scan the table)
+    # those held; one held and named comes twice, the same row.
     sa.select(sa.literal_column("'p'"), RP.c.id, RP.c.uuid, RP.c.generation,
               sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(sa.or_(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)),
-                  RP.c.id.in_(sa.select(ALLOC.c.resource_provider_id).where(
-                      ALLOC.c.consumer_id.in_(sa.bindparam("held_uuids", expanding=True)))))),
+    .where(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True))),
+    sa.select(sa.literal_column("'p'"), RP.c.id, RP.c.uuid, RP.c.generation,
+              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
+    .where(RP.c.id.in_(sa.select(ALLOC.c.resource_provider_id).where(
+        ALLOC.c.consumer_id.in_(sa.bindparam("held_uuids", expanding=True))))),
     sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null(),
               sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
     .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
