@@ -346,6 +346,17 @@ _PROVIDERS_AND_CLASSES = sa.union_all(
 _DELETE_ROWS = prepared(sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True))))
 _INSERT_ROW = sa.insert(ALLOC)
 _T = tables.consumer_types
+
+
+def _many(name: str) -> sa.BindParameter:
+    return sa.bindparam(name, expanding=True)
+
+
+def _branch(kind: str, *columns) -> sa.Select:
+    """A branch of _READ_FOR_WRITE: its kind, then ``columns`` and NULLs (nine in all)."""
+    return sa.select(sa.literal_column(f"'{kind}'"), *columns, *[sa.null()] * (8 - len(columns)))
+
+
 # Everything a write reads before it changes anything, in one statement (one
 # round trip, and on PostgreSQL one snapshot): the consumers' records and
 # rows, the providers named and those the consumers hold allocations
@@ -356,25 +367,13 @@ _READ_FOR_WRITE = prepared(sa.union_all(
     _CONSUMERS_AND_ROWS.selects[1],
     # Providers named, and (a second branch: an OR would scan the table)
     # those held; one held and named comes twice, the same row.
-    sa.select(sa.literal_column("'p'"), RP.c.id, RP.c.uuid, RP.c.generation,
-              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True))),
-    sa.select(sa.literal_column("'p'"), RP.c.id, RP.c.uuid, RP.c.generation,
-              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(RP.c.id.in_(sa.select(ALLOC.c.resource_provider_id).where(
-        ALLOC.c.consumer_id.in_(sa.bindparam("held_uuids", expanding=True))))),
-    sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null(),
-              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
-    sa.select(sa.literal_column("'P'"), _P.c.id, _P.c.external_id, sa.null(),
-              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(_P.c.external_id.in_(sa.bindparam("projects", expanding=True))),
-    sa.select(sa.literal_column("'U'"), _U.c.id, _U.c.external_id, sa.null(),
-              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(_U.c.external_id.in_(sa.bindparam("users", expanding=True))),
-    sa.select(sa.literal_column("'T'"), _T.c.id, _T.c.name, sa.null(),
-              sa.null(), sa.null(), sa.null(), sa.null(), sa.null())
-    .where(_T.c.name.in_(sa.bindparam("types", expanding=True))),
+    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.uuid.in_(_many("uuids"))),
+    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.id.in_(
+        sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids"))))),
+    _branch("r", RC.c.id, RC.c.name).where(RC.c.name.in_(_many("names"))),
+    _branch("P", _P.c.id, _P.c.external_id).where(_P.c.external_id.in_(_many("projects"))),
+    _branch("U", _U.c.id, _U.c.external_id).where(_U.c.external_id.in_(_many("users"))),
+    _branch("T", _T.c.id, _T.c.name).where(_T.c.name.in_(_many("types"))),
 ))
 
 

@@ -197,23 +197,18 @@ def _setup_postgresql(engine: Engine) -> None:
         if proxied.info.pop(_OPEN, True) and proxied.dbapi_connection.autocommit:
             _send(proxied, _PG_BEGIN)
 
-    def do_commit(proxied):
-        raw = proxied.dbapi_connection
-        if not raw.autocommit:
-            raw.commit()
-        elif raw.info.transaction_status != idle:
-            _send(proxied, "COMMIT")
-
-    def do_rollback(proxied):
-        raw = proxied.dbapi_connection
-        if not raw.autocommit:
-            raw.rollback()
-        elif raw.info.transaction_status != idle:
-            _send(proxied, "ROLLBACK")
+    def ender(driver_method: str, statement: str):
+        def end(proxied):
+            raw = proxied.dbapi_connection
+            if not raw.autocommit:
+                getattr(raw, driver_method)()
+            elif raw.info.transaction_status != idle:
+                _send(proxied, statement)
+        return end
 
     dialect.do_begin = do_begin
-    dialect.do_commit = do_commit
-    dialect.do_rollback = do_rollback
+    dialect.do_commit = ender("commit", "COMMIT")
+    dialect.do_rollback = ender("rollback", "ROLLBACK")
     _prepare_statements(engine)
 
 
