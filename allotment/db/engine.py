@@ -299,36 +299,34 @@ def _prepare_statements(engine: Engine) -> None:
     that fails; the name is recorded only once its statement succeeded,
     and a statement prepared again gets a new name, so none is ever made
     twice.  psycopg2 still puts the values into the ``EXECUTE`` text, as
-    it does into plain statements.
+    it does into plain statements.  (The dialect's ``do_execute`` does it,
+    not a statement event: every other statement then pays one check.)
     """
 
     @event.listens_for(engine, "connect")
     def _on_connect(_dbapi_conn, record):
         record.info[_PREPARED] = _Prepared()
 
-    @event.listens_for(engine, "before_cursor_execute", retval=True)
-    def _before(conn, _cursor, statement, parameters, context, executemany):
-        if (executemany or not parameters or context is None
-                or not context.execution_options.get(PREPARE) or not isinstance(parameters, dict)):
-            return statement, parameters
-        known: _Prepared | None = conn.connection.info.get(_PREPARED)
+    def do_execute(cursor, statement, parameters, context=None):
+        if (context is None or not parameters or not context.execution_options.get(PREPARE)
+                or type(parameters) is not dict):
+            cursor.execute(statement, parameters)
+            return
+        known: _Prepared | None = context.root_connection.connection.info.get(_PREPARED)
         if known is None:
-            return statement, parameters
+            cursor.execute(statement, parameters)
+            return
         text, arguments = _convert(statement)
         name = known.names.get(statement)
         if name is not None:
             known.names.move_to_end(statement)
-            return f"EXECUTE {name}{arguments}", parameters
+            cursor.execute(f"EXECUTE {name}{arguments}", parameters)
+            return
         name, prefix = _new_name(known)
-        context._allotment_prepared = (known, statement, name)
-        return f"{prefix}PREPARE {name} AS {text}; EXECUTE {name}{arguments}", parameters
+        cursor.execute(f"{prefix}PREPARE {name} AS {text}; EXECUTE {name}{arguments}", parameters)
+        known.names[statement] = name
 
-    @event.listens_for(engine, "after_cursor_execute")
-    def _after(_conn, _cursor, _statement, _parameters, context, _executemany):
-        made = getattr(context, "_allotment_prepared", None)
-        if made is not None:
-            known, statement, name = made
-            known.names[statement] = name
+    engine.dialect.do_execute = do_execute
 
 
 def _setup_mysql(engine: Engine, sql_mode: str) -> None:
