@@ -156,11 +156,10 @@ def _setup_sqlite(engine: Engine, synchronous: bool, wal: bool = True) -> None:
             conn.exec_driver_sql("BEGIN")
 
 
-#: Execution option of a connection whose statements need no transaction
-#: (PostgreSQL: each statement of a READ COMMITTED transaction has a
-#: snapshot of its own anyway).
+#: Key of a pooled connection's ``info``: its next begin sends no ``BEGIN``
+#: (set by :meth:`Database.read` on PostgreSQL, where each statement of a
+#: READ COMMITTED transaction has a snapshot of its own anyway).
 NO_TRANSACTION = "allotment_no_transaction"
-_OPEN = "allotment_open_transaction"
 _PG_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 
@@ -169,22 +168,25 @@ def _setup_postgresql(engine: Engine) -> None:
 
     SQLAlchemy still opens and closes its transactions as usual; at each
     begin it asks the dialect to ``do_begin``, which sends ``BEGIN`` unless
-    the connection's execution options say :data:`NO_TRANSACTION`.  Commit
+    the pooled connection's info holds :data:`NO_TRANSACTION` (taken
+    there, and dropped at check-in if a begin never came).  Commit
     and rollback look at libpq's transaction status (known without a round
     trip) and send ``COMMIT`` / ``ROLLBACK`` only when a transaction is open;
     the pool's rollback of a returned connection is then free.  A
     connection given another isolation level for a while (``copy`` asks for
     REPEATABLE READ) leaves autocommit until it is reset, and the driver's
-    own transaction handling applies meanwhile.
+    own transaction handling applies meanwhile.  (No connection event is
+    listened to: one listener makes SQLAlchemy dispatch every statement's
+    events, some 15 calls per write request.)
     """
     import psycopg2.extensions as ext
 
     dialect = engine.dialect
     idle = ext.TRANSACTION_STATUS_IDLE
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn):
-        conn.connection.info[_OPEN] = not conn.get_execution_options().get(NO_TRANSACTION)
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn, record):
+        record.info.pop(NO_TRANSACTION, None)
 
     def _send(proxied, statement: str) -> None:
         cursor = proxied.cursor()
@@ -194,7 +196,7 @@ def _setup_postgresql(engine: Engine) -> None:
             cursor.close()
 
     def do_begin(proxied):
-        if proxied.info.pop(_OPEN, True) and proxied.dbapi_connection.autocommit:
+        if not proxied.info.pop(NO_TRANSACTION, False) and proxied.dbapi_connection.autocommit:
             _send(proxied, _PG_BEGIN)
 
     def ender(driver_method: str, statement: str):
@@ -392,7 +394,7 @@ class Database:
         """
         with self.engine.connect() as conn:
             if self.engine.dialect.name == "postgresql":
-                conn = conn.execution_options(**{NO_TRANSACTION: True})
+                conn.connection.info[NO_TRANSACTION] = True
             with conn.begin():
                 yield conn
 
