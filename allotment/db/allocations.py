@@ -80,7 +80,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from allotment.db import consumers, generations, tables
-from allotment.db.engine import utcnow
+from allotment.db.engine import prepared, utcnow
 from allotment.domain import capacity
 from allotment.domain.errors import BadRequest, ConcurrentUpdate, Conflict, NotFound
 
@@ -219,14 +219,15 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     (project, user) recorded for requests without one.  Raises the errors
     above; the caller's transaction must roll back on any of them.
     """
-    existing, old_rows = _read_consumers(conn, [r.consumer_uuid for r in requests])
+    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
+    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
+    found = _read_for_write(conn, requests, wanted, names, incomplete_owner)
+    existing, old_rows, by_uuid, by_id, class_ids = (found.consumers, found.old_rows, found.providers,
+                                                     found.generations, found.class_ids)
     emptied = {r.consumer_uuid for r in requests if not r.resources}
     # Placement bumps the providers a consumer is emptied from, not those
     # it merely moves away from.
     release_ids = {row.provider_id for row in old_rows if row.consumer_uuid in emptied}
-    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
-    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
-    by_uuid, by_id, class_ids = _read_providers_and_classes(conn, wanted, release_ids, names)
     # Placement checks the consumers' generations before it looks the
     # providers up (see ``keep_new_consumers``).
     _check_consumer_generations(requests, existing)
@@ -252,7 +253,8 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
         raise ProviderConflict() from None
-    _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows})
+    _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows},
+                     found.owners)
     old_ids = [row.id for row in old_rows]
     if old_ids:
         conn.execute(_DELETE_ROWS, {"ids": old_ids})
@@ -341,8 +343,89 @@ _PROVIDERS_AND_CLASSES = sa.union_all(
     sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null())
     .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
 )
-_DELETE_ROWS = sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True)))
+_DELETE_ROWS = prepared(sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True))))
 _INSERT_ROW = sa.insert(ALLOC)
+_T = tables.consumer_types
+
+
+def _many(name: str) -> sa.BindParameter:
+    return sa.bindparam(name, expanding=True)
+
+
+def _branch(kind: str, *columns) -> sa.Select:
+    """A branch of _READ_FOR_WRITE: its kind, then ``columns`` and NULLs (nine in all)."""
+    return sa.select(sa.literal_column(f"'{kind}'"), *columns, *[sa.null()] * (8 - len(columns)))
+
+
+# Everything a write reads before it changes anything, in one statement (one
+# round trip, and on PostgreSQL one snapshot): the consumers' records and
+# rows, the providers named and those the consumers hold allocations
+# against (their generations), the classes named, and the ids of the
+# projects, users and consumer types the new records may need.
+_READ_FOR_WRITE = prepared(sa.union_all(
+    _CONSUMERS_AND_ROWS.selects[0],
+    _CONSUMERS_AND_ROWS.selects[1],
+    # Providers named, and (a second branch: an OR would scan the table)
+    # those held; one held and named comes twice, the same row.
+    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.uuid.in_(_many("uuids"))),
+    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.id.in_(
+        sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids"))))),
+    _branch("r", RC.c.id, RC.c.name).where(RC.c.name.in_(_many("names"))),
+    _branch("P", _P.c.id, _P.c.external_id).where(_P.c.external_id.in_(_many("projects"))),
+    _branch("U", _U.c.id, _U.c.external_id).where(_U.c.external_id.in_(_many("users"))),
+    _branch("T", _T.c.id, _T.c.name).where(_T.c.name.in_(_many("types"))),
+))
+
+
+@dataclass
+class _Found:
+    """What ``_read_for_write`` read."""
+
+    consumers: dict[str, consumers.Consumer] = field(default_factory=dict)
+    old_rows: list[_OldRow] = field(default_factory=list)
+    providers: dict[str, Row] = field(default_factory=dict)
+    #: provider id -> generation, of the providers named and those held
+    generations: dict[int, int] = field(default_factory=dict)
+    class_ids: dict[str, int] = field(default_factory=dict)
+    #: ("P" | "U" | "T", external id or type name) -> id, of those that exist
+    owners: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], wanted: Sequence[str],
+                    names: Sequence[str], incomplete_owner: tuple[str, str]) -> _Found:
+    """The reads of ``write_allocations``, in one query."""
+    uuids = [r.consumer_uuid for r in requests]
+    projects, users, types = set(), set(), set()
+    for r in requests:
+        project, user = (r.project_id, r.user_id) if r.project_id is not None else incomplete_owner
+        projects.add(project)
+        users.add(user)
+        if r.set_consumer_type and r.consumer_type is not None:
+            types.add(r.consumer_type)
+    found = _Found()
+    for kind, ident, text, generation, number, user_id, type_id, project, user in conn.execute(
+            _READ_FOR_WRITE, {"consumer_uuids": uuids, "row_uuids": uuids, "held_uuids": uuids,
+                              "uuids": list(wanted), "names": list(names), "projects": list(projects),
+                              "users": list(users), "types": list(types)}):
+        if kind == "c":
+            found.consumers[text] = consumers.Consumer(ident, text, generation, number, user_id, project, user,
+                                                       type_id)
+        elif kind == "a":  # an allocation row: amount, provider and class in the consumer's columns
+            found.old_rows.append(_OldRow(ident, text, number, user_id, generation))
+        elif kind == "p":
+            found.providers[text] = _Provider(ident, text, generation)
+            found.generations[ident] = generation
+        elif kind == "r":
+            found.class_ids[text] = ident
+        else:
+            found.owners[(kind, text)] = ident
+    return found
+
+
+class _Provider(NamedTuple):
+    id: int
+    uuid: str
+    generation: int
 
 
 def _read_consumers(conn: Connection, uuids: Sequence[str]
@@ -392,7 +475,8 @@ def resource_class_ids(conn: Connection, names: Iterable[str]) -> dict[str, int]
 
 def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
                      existing: Mapping[str, consumers.Consumer],
-                     incomplete_owner: tuple[str, str], holding: set[str]) -> None:
+                     incomplete_owner: tuple[str, str], holding: set[str],
+                     known_owners: dict[tuple[str, str], int] | None = None) -> None:
     """Swap the generation of (or create, or delete) every consumer written.
 
     Emptying a consumer deletes its record when it held allocations.  As
@@ -414,11 +498,11 @@ def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
             if not request.resources:
                 if record is None:
                     consumers.insert(conn, request.consumer_uuid,
-                                     _owner(conn, request, None, incomplete_owner), generation=0)
+                                     _owner(conn, request, None, incomplete_owner, known_owners), generation=0)
                 elif request.consumer_uuid in holding:
                     consumers.delete(conn, record)
                 continue
-            owner = _owner(conn, request, record, incomplete_owner)
+            owner = _owner(conn, request, record, incomplete_owner, known_owners)
             if record is not None:
                 consumers.bump(conn, record, owner)
             else:
@@ -430,14 +514,15 @@ def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
 
 
 def _owner(conn: Connection, request: ConsumerAllocations, record: consumers.Consumer | None,
-           incomplete_owner: tuple[str, str]) -> consumers.Owner:
+           incomplete_owner: tuple[str, str],
+           known: dict[tuple[str, str], int] | None = None) -> consumers.Owner:
     project, user = request.project_id, request.user_id
     if project is None:
         project, user = incomplete_owner
     new_type = request.consumer_type if request.set_consumer_type else None
     if record is not None and (record.project, record.user) == (project, user) and new_type is None:
         return consumers.Owner(record.project_id, record.user_id, record.consumer_type_id)
-    owner = consumers.ensure_owner(conn, project, user, new_type)
+    owner = consumers.ensure_owner(conn, project, user, new_type, known=known)
     if new_type is None:
         owner = consumers.Owner(owner.project_id, owner.user_id,
                                 record.consumer_type_id if record is not None else None)
@@ -450,7 +535,7 @@ _USED = (
            ALLOC.c.resource_class_id == INV.c.resource_class_id)
     .scalar_subquery()
 )
-_INVENTORY_USAGE = (
+_INVENTORY_USAGE = prepared(
     sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
               INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, _USED.label("used"))
     .where(INV.c.resource_provider_id.in_(sa.bindparam("provider_ids", expanding=True)),
@@ -534,8 +619,7 @@ class ConsumerView:
     last_modified: datetime.datetime | None
 
 
-_T = tables.consumer_types
-_FOR_CONSUMER = (
+_FOR_CONSUMER = prepared(
     sa.select(RP.c.uuid, RP.c.generation, RC.c.name, ALLOC.c.used, ALLOC.c.created_at,
               ALLOC.c.updated_at, _C.c.id.label("consumer_id"), _C.c.generation.label("consumer_generation"),
               _P.c.external_id.label("project"), _U.c.external_id.label("user"),
@@ -582,7 +666,7 @@ class ProviderView:
     last_modified: datetime.datetime | None
 
 
-_FOR_PROVIDER = (
+_FOR_PROVIDER = prepared(
     sa.select(RP.c.generation.label("provider_generation"), ALLOC.c.consumer_id, RC.c.name,
               ALLOC.c.used, ALLOC.c.created_at, ALLOC.c.updated_at,
               _C.c.generation.label("consumer_generation"))

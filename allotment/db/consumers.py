@@ -24,12 +24,14 @@ read), so two writers of one consumer can never both win.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import MutableMapping
+
 import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from allotment.db import generations, tables
-from allotment.db.engine import utcnow
+from allotment.db.engine import prepared, utcnow
 from allotment.domain.errors import ConcurrentUpdate
 
 CONSUMERS = tables.consumers
@@ -73,15 +75,15 @@ class Owner:
 
 
 # Statements built once: each is compiled once per process, not per request.
-_INSERTS = {table.name: sa.insert(table) for table in (PROJECTS, USERS, TYPES, CONSUMERS)}
-_DELETE_AT_GENERATION = sa.delete(CONSUMERS).where(CONSUMERS.c.id == sa.bindparam("consumer_id"),
-                                                   CONSUMERS.c.generation == sa.bindparam("seen"))
-_OWNER_LOOKUP = sa.union_all(
+_INSERTS = {table.name: prepared(sa.insert(table)) for table in (PROJECTS, USERS, TYPES, CONSUMERS)}
+_DELETE_AT_GENERATION = prepared(sa.delete(CONSUMERS).where(CONSUMERS.c.id == sa.bindparam("consumer_id"),
+                                                            CONSUMERS.c.generation == sa.bindparam("seen")))
+_OWNER_LOOKUP = prepared(sa.union_all(
     sa.select(sa.literal_column("'p'").label("kind"), PROJECTS.c.id)
     .where(PROJECTS.c.external_id == sa.bindparam("project")),
     sa.select(sa.literal_column("'u'"), USERS.c.id).where(USERS.c.external_id == sa.bindparam("user")),
     sa.select(sa.literal_column("'t'"), TYPES.c.id).where(TYPES.c.name == sa.bindparam("type")),
-)
+))
 
 
 def _insert_name(conn: Connection, table: sa.Table, column: str, value: str, what: str) -> int:
@@ -94,19 +96,36 @@ def _insert_name(conn: Connection, table: sa.Table, column: str, value: str, wha
     return result.inserted_primary_key[0]
 
 
-def ensure_owner(conn: Connection, project: str, user: str, consumer_type: str | None = None) -> Owner:
+def ensure_owner(conn: Connection, project: str, user: str, consumer_type: str | None = None, *,
+                 known: MutableMapping[tuple[str, str], int] | None = None) -> Owner:
     """Internal ids of a project, a user and (optionally) a consumer type,
-    creating whichever is new.  One query when they all exist."""
-    ids = dict(conn.execute(_OWNER_LOOKUP, {"project": project, "user": user, "type": consumer_type}).all())
+    creating whichever is new.  One query when they all exist; none when
+    ``known`` (``("P" | "U" | "T", name) -> id`` of those found existing,
+    read in this transaction) was read for these names: a name absent from
+    it did not exist then, and what this call inserts is added to it.
+    (These rows are never deleted, so what was read stays true; one
+    inserted since by another transaction makes our insert a ``RecordRace``.)"""
+    if known is not None:
+        ids = {"p": known.get(("P", project)), "u": known.get(("U", user)),
+               "t": known.get(("T", consumer_type)) if consumer_type is not None else None}
+    else:
+        ids = dict(conn.execute(_OWNER_LOOKUP, {"project": project, "user": user,
+                                                "type": consumer_type}).all())
     project_id = ids.get("p")
     if project_id is None:
         project_id = _insert_name(conn, PROJECTS, "external_id", project, f"project {project}")
+        if known is not None:
+            known[("P", project)] = project_id
     user_id = ids.get("u")
     if user_id is None:
         user_id = _insert_name(conn, USERS, "external_id", user, f"user {user}")
+        if known is not None:
+            known[("U", user)] = user_id
     type_id = ids.get("t")
     if type_id is None and consumer_type is not None:
         type_id = _insert_name(conn, TYPES, "name", consumer_type, f"consumer type {consumer_type}")
+        if known is not None:
+            known[("T", consumer_type)] = type_id
     return Owner(project_id, user_id, type_id)
 
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import tables
-from allotment.db.engine import utcnow
+from allotment.db.engine import prepared, utcnow
 from allotment.domain.errors import ConcurrentUpdate
 
 RP = tables.resource_providers
@@ -36,9 +36,9 @@ CONSUMERS = tables.consumers
 
 def _swap(table: sa.Table) -> sa.Update:
     """The compare-and-swap statement, built once (parameters: id, expected, new, now)."""
-    return (sa.update(table)
-            .where(table.c.id == sa.bindparam("swap_id"), table.c.generation == sa.bindparam("expected"))
-            .values(generation=sa.bindparam("new"), updated_at=sa.bindparam("now")))
+    return prepared(sa.update(table)
+                    .where(table.c.id == sa.bindparam("swap_id"), table.c.generation == sa.bindparam("expected"))
+                    .values(generation=sa.bindparam("new"), updated_at=sa.bindparam("now")))
 
 
 _SWAP_PROVIDER = _swap(RP)

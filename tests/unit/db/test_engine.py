@@ -73,9 +73,35 @@ def test_postgresql_reads_run_without_a_transaction_and_writes_within_one(databa
     with database.write() as conn:
         conn.exec_driver_sql("SELECT pg_sleep(0.01)")
         assert conn.exec_driver_sql("SELECT now() < statement_timestamp()").scalar()
-    # The pooled connection went back as it came: the next write is one transaction again.
+    # The pooled connection went back as it came: the next read is outside
+    # a transaction and the next write is one transaction again.
+    with database.read() as conn:
+        conn.exec_driver_sql("SELECT pg_sleep(0.01)")
+        assert conn.exec_driver_sql("SELECT now() = statement_timestamp()").scalar()
     with database.write() as conn:
-        assert not conn.connection.dbapi_connection.autocommit
+        conn.exec_driver_sql("SELECT pg_sleep(0.01)")
+        assert conn.exec_driver_sql("SELECT now() < statement_timestamp()").scalar()
+    # Nothing is left open on the pooled connection once a write is over.
+    with database.engine.connect() as conn:
+        assert conn.connection.dbapi_connection.info.transaction_status == 0  # idle
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="PostgreSQL transactions are sent by Allotment")
+def test_postgresql_write_rolls_back_on_error_and_commits_otherwise(database):
+    with database.write() as conn:
+        conn.exec_driver_sql("CREATE TABLE rollback_probe (n INTEGER)")
+    try:
+        with pytest.raises(RuntimeError):
+            with database.write() as conn:
+                conn.exec_driver_sql("INSERT INTO rollback_probe VALUES (1)")
+                raise RuntimeError("boom")
+        with database.write() as conn:
+            conn.exec_driver_sql("INSERT INTO rollback_probe VALUES (2)")
+        with database.read() as conn:
+            assert [r[0] for r in conn.exec_driver_sql("SELECT n FROM rollback_probe")] == [2]
+    finally:
+        with database.write() as conn:
+            conn.exec_driver_sql("DROP TABLE rollback_probe")
 
 
 def test_reads_see_one_snapshot_where_the_backend_gives_one(database, db_url):
