@@ -279,6 +279,33 @@ def execute_prepared(proxied, cursor, sql: str) -> None:
     known.names[sql] = name
 
 
+def prepared_execute(proxied, cursor, key: str, prepare: str, execute: str) -> str | None:
+    """``execute`` (an ``EXECUTE {name} (...)`` text) for the statement
+    ``prepare`` (``$n`` placeholders, sent without parameters) prepared on
+    the pooled connection ``proxied`` under ``key``, preparing it first if
+    the connection has not; None where the engine prepares nothing.  The
+    name is recorded once ``PREPARE`` succeeded; a caller whose ``EXECUTE``
+    then fails calls :func:`forget_prepared`."""
+    known: _Prepared | None = proxied.info.get(_PREPARED)
+    if known is None:
+        return None
+    name = known.names.get(key)
+    if name is None:
+        name, prefix = _new_name(known)
+        cursor.execute(f"{prefix}PREPARE {name} AS {prepare}")
+        known.names[key] = name
+    else:
+        known.names.move_to_end(key)
+    return execute.format(name=name)
+
+
+def forget_prepared(proxied, key: str) -> None:
+    """Prepare the statement kept under ``key`` afresh (a new name) next time."""
+    known: _Prepared | None = proxied.info.get(_PREPARED)
+    if known is not None:
+        known.names.pop(key, None)
+
+
 def _new_name(known: _Prepared) -> tuple[str, str]:
     """A name never used on the connection, and the ``DEALLOCATE`` to send
     first when the connection keeps as many statements as it may."""

@@ -35,6 +35,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from allotment.db.engine import forget_prepared, prepared_execute
+
 #: Compiled forms kept at most, and expanded ones (statement x dialect x
 #: list lengths); meant for statements built once per process (or per
 #: query shape), not per call.
@@ -139,13 +141,14 @@ def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
     cursor = dbapi_conn.cursor()
     try:
         try:
-            if plan.prepare is None:
-                cursor.execute(plan.text, values)
-            else:
-                cursor.execute(_prepared(dbapi_conn, cursor, plan), values)
+            execute = None
+            if plan.prepare is not None:
+                execute = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute)
+            cursor.execute(plan.text if execute is None else execute, values)
             found = cursor.fetchall()
         except dialect.dbapi.Error:
-            dbapi_conn.info.pop(_PREPARED, None)  # prepare afresh (new names) next time
+            if plan.prepare is not None:
+                forget_prepared(dbapi_conn, plan.text)  # prepared afresh next time
             found = None
         if found is not None and plan.raw is None:
             plan.raw = _no_result_processing(dialect, statement, cursor.description)
@@ -163,39 +166,3 @@ def _no_result_processing(dialect, statement: sa.Executable, description) -> boo
         return False
     return all(column.type.dialect_impl(dialect).result_processor(dialect, info[1]) is None
                for column, info in zip(columns, description))
-
-
-#: Key of a PostgreSQL connection's ``info``: statement text -> the name it
-#: is prepared under on that connection (server session).
-_PREPARED = "allotment_prepared"
-#: Prepared statements kept per connection; past that the session's are
-#: dropped and prepared again as they come.
-MAX_PREPARED = 256
-
-
-def _prepared(dbapi_conn, cursor, plan: _Plan) -> str:
-    """The EXECUTE of ``plan`` on this connection, PREPAREd the first time.
-
-    The server then parses and plans the statement once per session
-    instead of at every request (as much database CPU as running the
-    small statements of a limited request).  Its plan choice is
-    PostgreSQL's usual one for prepared statements: custom plans for the
-    first executions, a generic one after only when it is estimated as
-    cheap.  ``info`` is per DBAPI connection and emptied when the pool
-    replaces it; a statement that fails empties it too (the caller), so
-    that everything is prepared again under new names.
-    """
-    prepared = dbapi_conn.info.get(_PREPARED)
-    if prepared is None:
-        prepared = dbapi_conn.info[_PREPARED] = {}
-    execute = prepared.get(plan.text)
-    if execute is None:
-        if len(prepared) >= MAX_PREPARED:
-            cursor.execute("DEALLOCATE ALL")
-            prepared.clear()
-        number = dbapi_conn.info.get("allotment_prepared_count", 0) + 1
-        dbapi_conn.info["allotment_prepared_count"] = number
-        name = f"allotment_{number}"
-        cursor.execute(f"PREPARE {name} AS {plan.prepare}")
-        execute = prepared[plan.text] = plan.execute.format(name=name)
-    return execute

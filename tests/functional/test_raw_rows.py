@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from allotment.db import allocation_candidates as ac
-from allotment.db import raw_rows, tables
+from allotment.db import engine, raw_rows, tables
 from tests.conftest import BACKEND, new_uuid
 
 
@@ -112,18 +112,50 @@ def test_postgresql_statements_prepared_once_per_connection(app, cloud):
     statement = ac._TREE_PROVIDERS
     with app.db.read() as conn:
         ids = [row[0] for row in conn.execute(sa.select(tables.resource_providers.c.id))]
+        known = conn.connection.info[engine._PREPARED]
+        before = dict(known.names)
         first = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
-        prepared = dict(conn.connection.info[raw_rows._PREPARED])
+        prepared = dict(known.names)
+        assert len(prepared) == len(before) + 1
         again = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
-        assert conn.connection.info[raw_rows._PREPARED] == prepared
+        assert dict(known.names) == prepared
         names = {row[0] for row in conn.exec_driver_sql("SELECT name FROM pg_prepared_statements")}
-        assert {execute.split()[1] for execute in prepared.values()} <= names
-        # A statement the session lost (DEALLOCATE by someone else) is run anyway,
-        # and prepared afresh the next time.
+        assert set(prepared.values()) <= names
+        # A statement the session lost (DEALLOCATE by someone else) is run
+        # anyway, and prepared afresh (under a new name) the next time.
         conn.exec_driver_sql("DEALLOCATE ALL")
         lost = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
-        assert raw_rows._PREPARED not in conn.connection.info
+        assert len(known.names) == len(prepared) - 1
         afresh = raw_rows.rows(conn, statement, {"roots": ids, "lost": []})
-        assert conn.connection.info[raw_rows._PREPARED]
+        assert len(known.names) == len(prepared)
+        assert set(known.names.values()).isdisjoint(set(prepared.values()) - set(before.values()))
     assert first == again == lost == afresh
     assert len(first) == 3
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="statements are prepared on PostgreSQL only")
+def test_postgresql_one_set_of_prepared_statements_per_connection(app, cloud, monkeypatch):
+    """The candidate reads and the statements marked ``prepared`` (the write
+    path's) share one set of names per connection and one bound: neither
+    evicts or reuses a name the other relies on."""
+    monkeypatch.setattr(engine, "PREPARED_PER_CONNECTION", 3)
+    rp = tables.resource_providers
+    marked = [engine.prepared(sa.select(rp.c.id, sa.literal_column(str(k)))
+                              .where(rp.c.id >= sa.bindparam("lo", type_=sa.Integer)).order_by(rp.c.id))
+              for k in range(3)]
+    read = [ac._TREE_PROVIDERS, ac._PROVIDER_TRAITS, ac._PROVIDER_RECORDS]
+    with app.db.read() as conn:
+        ids = sorted(row[0] for row in conn.execute(sa.select(rp.c.id)))
+        known = conn.connection.info[engine._PREPARED]
+        conn.exec_driver_sql("DEALLOCATE ALL")  # what the fixture's requests prepared
+        known.names.clear()
+        params = [{"roots": ids, "lost": []}, {"ids": ids}, {"ids": ids}]
+        expected = [conn.execute(statement, p).all() for statement, p in zip(read, params)]
+        for _ in range(3):
+            for k in range(3):
+                assert [row[0] for row in conn.execute(marked[k], {"lo": 0})] == ids
+                assert [tuple(row) for row in raw_rows.rows(conn, read[k], params[k])] == \
+                    [tuple(row) for row in expected[k]]
+                on_server = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar()
+                assert on_server <= 3
+        assert len(set(known.names.values())) == len(known.names) <= 3
