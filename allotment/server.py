@@ -9,6 +9,7 @@ each worker then opens its own database connections after the fork.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import shutil
@@ -94,9 +95,33 @@ class _Server(BaseApplication):
         return self._app
 
 
+#: glibc malloc arenas per worker, unless ``MALLOC_ARENA_MAX`` is set in
+#: the environment.  glibc gives a thread that finds the arena busy an
+#: arena of its own, and freed memory stays with each: after concurrent
+#: requests every thread's arena grew to the largest answer it built.
+#: Measured at large scale (10,000 hosts, SQLite, 8 parallel clients,
+#: then 40 no-limit candidate requests): 136 MB per worker by default,
+#: 118 MB with one arena.  Python holds the GIL for its own allocations,
+#: so one arena costs little waiting.
+MALLOC_ARENAS = 1
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def _limit_malloc_arenas() -> None:
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc: nothing to set
+        return
+    mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
+
+
 def _post_fork(server, worker):
     # Connections opened in the master must not be shared with children.
     server.app._app.db.dispose()
+    # Before the worker's threads start.
+    _limit_malloc_arenas()
 
 
 def prepare_metrics(conf) -> str | None:

@@ -296,6 +296,9 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                 body["root_provider_uuid"] = root
             if len(encoded) >= MAX_ENCODED:
                 encoded.clear()
-            known = encoded[key] = (provider, parent, root, orjson.Fragment(orjson.dumps(body)))
+            # A copy of orjson's bytes: they keep the 4 KiB its writer
+            # started with (a 250-byte summary would cost 4 KiB kept).
+            known = encoded[key] = (provider, parent, root,
+                                    orjson.Fragment(memoryview(orjson.dumps(body)).tobytes()))
         result[provider.uuid] = known[3]
     return result

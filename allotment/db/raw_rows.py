@@ -60,9 +60,12 @@ class _Plan:
 
     __slots__ = ("text", "recipe", "raw", "prepare", "execute")
 
-    def __init__(self, text: str, recipe: tuple, raw: bool | None, postgresql: bool):
+    def __init__(self, text: str, recipe: tuple, placeholders: int, raw: bool | None, postgresql: bool):
         self.text = text
-        #: per placeholder, in order: (name, index or None) or (None, constant)
+        #: where the placeholders' values come from, in order: (name, None,
+        #: None) a value, (name, start, stop) that slice of a list (one run
+        #: of placeholders, not one entry each: a list of 16,384 ids would
+        #: cost 1.5 MB kept), (None, constant, None) a constant
         self.recipe = recipe
         #: None: not known until the first cursor description is seen
         self.raw = raw
@@ -70,9 +73,9 @@ class _Plan:
         #: the EXECUTE of it (``{name}`` to fill in) with the values
         self.prepare = self.execute = None
         if postgresql:
-            numbers = iter(range(1, len(recipe) + 1))
+            numbers = iter(range(1, placeholders + 1))
             self.prepare = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(numbers)}", text)
-            self.execute = "EXECUTE {name}" + (f" ({', '.join(['%s'] * len(recipe))})" if recipe else "")
+            self.execute = "EXECUTE {name}" + (f" ({', '.join(['%s'] * placeholders)})" if placeholders else "")
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -114,11 +117,19 @@ def _plan(dialect, statement: sa.Executable, params: dict, key: tuple) -> _Plan:
             return "%s"
 
         text = _PYFORMAT.sub(placeholder, expanded.statement)
-    recipe = []
+    recipe: list[tuple] = []
     for name in order:
         value = expanded.parameters[name]
-        recipe.append((value.name, value.index) if isinstance(value, _Value) else (None, value))
-    return _Plan(text, tuple(recipe), False if expanded.processors else None, dialect.name == "postgresql")
+        if not isinstance(value, _Value):
+            recipe.append((None, value, None))
+        elif value.index is None:
+            recipe.append((value.name, None, None))
+        elif recipe and recipe[-1][0] == value.name and recipe[-1][2] == value.index:
+            recipe[-1] = (value.name, recipe[-1][1], value.index + 1)
+        else:
+            recipe.append((value.name, value.index, value.index + 1))
+    return _Plan(text, tuple(recipe), len(order), False if expanded.processors else None,
+                 dialect.name == "postgresql")
 
 
 def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
@@ -135,8 +146,14 @@ def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
         plan = _PLANS[key] = _plan(dialect, statement, params, key)
     if plan.raw is False:
         return conn.execute(statement, params).all()
-    values = [index if name is None else params[name] if index is None else params[name][index]
-              for name, index in plan.recipe]
+    values: list = []
+    for name, start, stop in plan.recipe:
+        if name is None:
+            values.append(start)
+        elif start is None:
+            values.append(params[name])
+        else:
+            values += params[name][start:stop]
     dbapi_conn = conn.connection
     cursor = dbapi_conn.cursor()
     try:
