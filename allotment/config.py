@@ -97,6 +97,10 @@ allotment_opts = [
                     "/allocation_candidates while none of the tables they are computed from has changed "
                     "(checked on every request, whoever wrote; see the README). 0 turns reuse off. Unused on "
                     "MySQL/MariaDB and with [placement] randomize_allocation_candidates."),
+    cfg.BoolOpt("pg_prepared_statements", default=True,
+                help="PostgreSQL: plan the statements run on every request once per database connection "
+                     "(server-side prepared statements). Turn off behind a connection pooler that does not "
+                     "keep a session per client connection (PgBouncer in transaction or statement mode)."),
     cfg.IntOpt("max_request_body_size", default=DEFAULT_MAX_REQUEST_BODY_SIZE, min=1,
                help="Largest request body accepted, in bytes; a larger one is refused with 413 "
                     "before it is read."),

@@ -71,11 +71,14 @@ def normalize_url(url: str) -> sa.engine.URL:
 def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
                   pool_timeout: int | None = None, recycle: int = 3600,
                   sqlite_synchronous: bool = True, mysql_sql_mode: str | None = "TRADITIONAL",
-                  echo: bool = False, sqlite_wal: bool = True, pg_autocommit: bool = False) -> Engine:
+                  echo: bool = False, sqlite_wal: bool = True, pg_autocommit: bool = False,
+                  pg_prepare: bool = True) -> Engine:
     """``sqlite_wal=False`` leaves a SQLite file's journal mode as it is (a copy's source).
     ``pg_autocommit``: PostgreSQL (psycopg2) transactions are sent by us on
     connections the driver keeps in autocommit (:func:`_setup_postgresql`;
-    not for server-side cursors, which psycopg2 refuses there)."""
+    not for server-side cursors, which psycopg2 refuses there); with
+    ``pg_prepare`` (the default) such an engine also keeps server-side
+    prepared statements (:func:`_prepare_statements`)."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
     kwargs: dict = {"future": True, "echo": echo}
@@ -95,7 +98,7 @@ def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
     else:
         _ping_idle_connections(engine)
         if kwargs.get("isolation_level") == "AUTOCOMMIT":
-            _setup_postgresql(engine)
+            _setup_postgresql(engine, pg_prepare)
         if backend == "mysql" and mysql_sql_mode:
             _setup_mysql(engine, mysql_sql_mode)
     return engine
@@ -163,7 +166,7 @@ NO_TRANSACTION = "allotment_no_transaction"
 _PG_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 
-def _setup_postgresql(engine: Engine) -> None:
+def _setup_postgresql(engine: Engine, prepare: bool = True) -> None:
     """Transactions sent by hand on connections the driver keeps in autocommit.
 
     SQLAlchemy still opens and closes its transactions as usual; at each
@@ -211,7 +214,8 @@ def _setup_postgresql(engine: Engine) -> None:
     dialect.do_begin = do_begin
     dialect.do_commit = ender("commit", "COMMIT")
     dialect.do_rollback = ender("rollback", "ROLLBACK")
-    _prepare_statements(engine)
+    if prepare:
+        _prepare_statements(engine)
 
 
 #: Execution option of a statement that PostgreSQL should plan once per
@@ -476,4 +480,13 @@ def database_from_config(conf) -> Database:
         pool_timeout=db_conf.pool_timeout, recycle=db_conf.connection_recycle_time,
         sqlite_synchronous=db_conf.sqlite_synchronous, mysql_sql_mode=db_conf.mysql_sql_mode,
         echo=db_conf.connection_debug >= 50,
+        pg_prepare=_allotment_option(conf, "pg_prepared_statements", True),
     )
+
+
+def _allotment_option(conf, name: str, default):
+    """``[allotment] name``, or ``default`` where the group is not registered."""
+    try:
+        return getattr(conf.allotment, name)
+    except (AttributeError, KeyError):  # oslo.config: NoSuchOptError is an AttributeError
+        return default

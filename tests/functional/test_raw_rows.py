@@ -159,3 +159,31 @@ def test_postgresql_one_set_of_prepared_statements_per_connection(app, cloud, mo
                 on_server = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar()
                 assert on_server <= 3
         assert len(set(known.names.values())) == len(known.names) <= 3
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="statements are prepared on PostgreSQL only")
+def test_postgresql_prepared_statements_can_be_turned_off(db_url, cloud):
+    """``[allotment] pg_prepared_statements = false`` (PgBouncer in transaction
+    mode): the same answers, and nothing prepared on the server session."""
+    from allotment.api.app import Application
+    from allotment.service import database_from_config
+    from tests.conftest import ApiClient, make_conf
+
+    conf = make_conf(db_url, allotment__pg_prepared_statements=False)
+    application = Application(conf, database_from_config(conf))
+    try:
+        client = ApiClient(application)
+        query = "/allocation_candidates?resources=VCPU:1,DISK_GB:10"
+        first = client.get(query)
+        uuids, _ = cloud
+        consumer = {"allocations": {uuids[1]: {"resources": {"VCPU": 1}}}, "project_id": new_uuid(),
+                    "user_id": new_uuid(), "consumer_generation": None, "consumer_type": "INSTANCE"}
+        assert client.put(f"/allocations/{new_uuid()}", json=consumer).status == 204
+        second = client.get(query)
+        assert first.status == second.status == 200
+        assert len(first.json["allocation_requests"]) == len(second.json["allocation_requests"]) > 0
+        with application.db.read() as conn:
+            assert engine._PREPARED not in conn.connection.info
+            assert conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar() == 0
+    finally:
+        application.db.dispose()
