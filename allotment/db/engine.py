@@ -224,7 +224,7 @@ PREPARE = "allotment_prepare"
 #: Prepared statements kept per connection (least recently used first out).
 PREPARED_PER_CONNECTION = 256
 _PREPARED = "allotment_prepared"
-_PLACEHOLDER = re.compile(r"%\(([^)]+)\)s")
+_PLACEHOLDER = re.compile(r"%%|%\(([^)]+)\)s")
 
 
 def prepared(statement: T) -> T:
@@ -245,7 +245,8 @@ class _Prepared:
         self.counter = 0
 
 
-#: statement text -> (text with $n placeholders, "(%(a)s, %(b)s)" arguments)
+#: statement text -> (text with $n placeholders and no ``%%`` escapes, to
+#: PREPARE; the "(%(a)s, %(b)s)" arguments of its EXECUTE)
 _CONVERTED: dict[str, tuple[str, str]] = {}
 
 
@@ -255,6 +256,8 @@ def _convert(statement: str) -> tuple[str, str]:
         numbers: dict[str, int] = {}
 
         def number(match: re.Match) -> str:
+            if match.group(1) is None:
+                return "%"
             return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
 
         text = _PLACEHOLDER.sub(number, statement)
@@ -269,18 +272,8 @@ def execute_prepared(proxied, cursor, sql: str) -> None:
     """Execute ``sql`` (no parameters) with ``cursor`` of the pooled
     connection ``proxied``, as a prepared statement where the engine keeps
     them (:func:`_prepare_statements`), plainly elsewhere."""
-    known: _Prepared | None = proxied.info.get(_PREPARED)
-    if known is None:
-        cursor.execute(sql)
-        return
-    name = known.names.get(sql)
-    if name is not None:
-        known.names.move_to_end(sql)
-        cursor.execute(f"EXECUTE {name}")
-        return
-    name, prefix = _new_name(known)
-    cursor.execute(f"{prefix}PREPARE {name} AS {sql}; EXECUTE {name}")
-    known.names[sql] = name
+    execute = prepared_execute(proxied, cursor, sql, sql, "EXECUTE {name}")
+    cursor.execute(sql if execute is None else execute)
 
 
 def prepared_execute(proxied, cursor, key: str, prepare: str, execute: str) -> str | None:
@@ -323,17 +316,19 @@ def _new_name(known: _Prepared) -> tuple[str, str]:
 
 def _prepare_statements(engine: Engine) -> None:
     """Statements marked :func:`prepared` are parsed and planned once per
-    connection: ``PREPARE`` the first time (sent with the first ``EXECUTE``,
-    one round trip), ``EXECUTE`` after.  Planning is most of what the
-    server spends on the short statements of a write (a union of a few
-    indexed lookups: 160 us as a plain statement, 17 us executed).
+    connection: ``PREPARE`` the first time, ``EXECUTE`` after
+    (:func:`prepared_execute`, which the candidate reads and the change
+    number use too: one set of names and one bound per connection).
+    Planning is most of what the server spends on the short statements of
+    a write (a union of a few indexed lookups: 160 us as a plain statement,
+    17 us executed).
 
     A prepared statement outlives the transaction that made it, even one
-    that fails; the name is recorded only once its statement succeeded,
-    and a statement prepared again gets a new name, so none is ever made
-    twice.  psycopg2 still puts the values into the ``EXECUTE`` text, as
-    it does into plain statements.  (The dialect's ``do_execute`` does it,
-    not a statement event: every other statement then pays one check.)
+    that fails; the name is recorded only once ``PREPARE`` succeeded, and a
+    statement prepared again gets a new name, so none is ever made twice.
+    psycopg2 still puts the values into the ``EXECUTE`` text, as it does
+    into plain statements.  (The dialect's ``do_execute`` does it, not a
+    statement event: every other statement then pays one check.)
     """
 
     @event.listens_for(engine, "connect")
@@ -341,23 +336,14 @@ def _prepare_statements(engine: Engine) -> None:
         record.info[_PREPARED] = _Prepared()
 
     def do_execute(cursor, statement, parameters, context=None):
-        if (context is None or not parameters or not context.execution_options.get(PREPARE)
-                or type(parameters) is not dict):
-            cursor.execute(statement, parameters)
-            return
-        known: _Prepared | None = context.root_connection.connection.info.get(_PREPARED)
-        if known is None:
-            cursor.execute(statement, parameters)
-            return
-        text, arguments = _convert(statement)
-        name = known.names.get(statement)
-        if name is not None:
-            known.names.move_to_end(statement)
-            cursor.execute(f"EXECUTE {name}{arguments}", parameters)
-            return
-        name, prefix = _new_name(known)
-        cursor.execute(f"{prefix}PREPARE {name} AS {text}; EXECUTE {name}{arguments}", parameters)
-        known.names[statement] = name
+        if (context is not None and parameters and context.execution_options.get(PREPARE)
+                and type(parameters) is dict):
+            text, arguments = _convert(statement)
+            execute = prepared_execute(context.root_connection.connection, cursor, statement, text,
+                                       "EXECUTE {name}" + arguments)
+            if execute is not None:
+                statement = execute
+        cursor.execute(statement, parameters)
 
     engine.dialect.do_execute = do_execute
 
