@@ -336,13 +336,6 @@ _CONSUMERS_AND_ROWS = sa.union_all(
               ALLOC.c.resource_class_id, sa.null(), sa.null(), sa.null())
     .where(ALLOC.c.consumer_id.in_(sa.bindparam("row_uuids", expanding=True))),
 )
-_PROVIDERS_AND_CLASSES = sa.union_all(
-    sa.select(sa.literal_column("'p'").label("kind"), RP.c.id, RP.c.uuid, RP.c.generation)
-    .where(sa.or_(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)),
-                  RP.c.id.in_(sa.bindparam("ids", expanding=True)))),
-    sa.select(sa.literal_column("'r'"), RC.c.id, RC.c.name, sa.null())
-    .where(RC.c.name.in_(sa.bindparam("names", expanding=True))),
-)
 _DELETE_ROWS = prepared(sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True))))
 _INSERT_ROW = sa.insert(ALLOC)
 _T = tables.consumer_types
@@ -442,21 +435,6 @@ def _read_consumers(conn: Connection, uuids: Sequence[str]
     return records, rows
 
 
-def _read_providers_and_classes(conn: Connection, uuids: Sequence[str], ids: Iterable[int],
-                                names: Sequence[str]) -> tuple[dict[str, Row], dict[int, int], dict[str, int]]:
-    """Providers by uuid and {id: generation}, and {class name: id}, in one query."""
-    by_uuid: dict[str, Row] = {}
-    by_id: dict[int, int] = {}
-    class_ids: dict[str, int] = {}
-    for row in conn.execute(_PROVIDERS_AND_CLASSES, {"uuids": list(uuids), "ids": list(ids), "names": list(names)}):
-        if row.kind == "p":
-            by_uuid[row.uuid] = row
-            by_id[row.id] = row.generation
-        else:
-            class_ids[row.uuid] = row.id
-    return by_uuid, by_id, class_ids
-
-
 def _check_consumer_generations(requests: Sequence[ConsumerAllocations],
                                 existing: Mapping[str, consumers.Consumer]) -> None:
     for request in requests:
@@ -466,11 +444,6 @@ def _check_consumer_generations(requests: Sequence[ConsumerAllocations],
         current = record.generation if record is not None else None
         if request.generation != current:
             raise ConsumerGenerationConflict(current, request.generation)
-
-
-def resource_class_ids(conn: Connection, names: Iterable[str]) -> dict[str, int]:
-    """{name: id} of the existing resource classes among ``names``."""
-    return _read_providers_and_classes(conn, [], [], list(names))[2]
 
 
 def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],

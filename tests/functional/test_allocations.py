@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from allotment.db import allocations as alloc_db
 from allotment.db import generations, tables
+from allotment.db import inventories as inventory_db
 from allotment.db.engine import utcnow
 from tests.conftest import new_uuid
 
@@ -57,7 +58,7 @@ def seed_legacy_allocation(app, provider: str, consumer: str, resources: dict[st
     with app.db.write() as conn:
         pid = conn.execute(sa.select(tables.resource_providers.c.id).where(
             tables.resource_providers.c.uuid == provider)).scalar_one()
-        ids = alloc_db.resource_class_ids(conn, resources)
+        ids = inventory_db.resource_class_ids(conn, resources)
         conn.execute(sa.insert(tables.allocations), [
             {"resource_provider_id": pid, "consumer_id": consumer, "resource_class_id": ids[name], "used": used}
             for name, used in resources.items()])
