@@ -582,7 +582,8 @@ class _GenerationCache:
     are kept once (:meth:`shared`): a cloud's hosts mostly share their
     trait sets and inventory records, so an entry costs little more than
     its key (measured at large scale: about 0.65 KiB per provider for the
-    three caches together, against 2.3 KiB with a copy per provider).
+    traits, records and inventories caches together, against 2.3 KiB with
+    a copy per provider; the README's "Memory" lists all four).
     """
 
     MAX_ENTRIES = 200_000
