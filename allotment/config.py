@@ -97,6 +97,11 @@ allotment_opts = [
                     "/allocation_candidates while none of the tables they are computed from has changed "
                     "(checked on every request, whoever wrote; see the README). 0 turns reuse off. Unused on "
                     "MySQL/MariaDB and with [placement] randomize_allocation_candidates."),
+    cfg.BoolOpt("provider_mirror", default=True,
+                help="Keep every resource provider in memory in each worker process, brought up to date at "
+                     "each GET /allocation_candidates by reading again only the providers the database notes "
+                     "as changed, whoever wrote (SQLite; see the README). Off: each answer not reused reads "
+                     "the providers it needs."),
     cfg.BoolOpt("pg_prepared_statements", default=True,
                 help="PostgreSQL: plan the statements run on every request once per database connection "
                      "(server-side prepared statements). Turn off behind a connection pooler that does not "

@@ -97,7 +97,7 @@ def list_allocation_candidates(req: Request) -> webob.Response:
             number, compact_due = changes.read_number(conn)
             request = parse_query(req)
             with solver.gc_paused():
-                found = _found(req, conn, request)
+                found = _found(req, conn, request, number)
                 answer = answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
                                              len(found.allocation_requests), _capped(req, found))
                 del found
@@ -133,9 +133,11 @@ def parse_query(req: Request) -> AllocationCandidatesRequest:
 
 
 def find(req: Request, conn, request: AllocationCandidatesRequest, *,
-         lenient: bool = False) -> tuple[db.Names, solver.AllocationCandidates]:
+         lenient: bool = False, number: int | None = None) -> tuple[db.Names, solver.AllocationCandidates]:
     """The names of the request and its answer, read with ``conn`` (the
-    same steps for an answer and for an explanation).
+    same steps for an answer and for an explanation).  ``number``: the
+    change number read first in ``conn``'s transaction, when the answer
+    may come from the process's mirror of every provider.
 
     An unknown resource class or trait is a 400.  With ``lenient`` (the
     answer, as Placement gives it), an unknown name in a group is not
@@ -149,7 +151,12 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
         if not (lenient and index is not None and _ends_before(req, conn, request, names, index, error)):
             raise _reported(error)
         return names, _solve(req, request, db.Candidates(ProviderSnapshot(), ()))
-    candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
+    mirror = req.app.provider_mirror
+    snapshot = None if mirror is None else mirror.snapshot(conn, number)
+    if snapshot is not None:
+        candidates = db.mirrored_candidates(request, names, snapshot)
+    else:
+        candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
     return names, _solve(req, request, candidates)
 
 
@@ -191,14 +198,16 @@ def generation_cap(conf) -> tuple[int, str]:
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        found = _found(req, conn, request)
+        number = None if req.app.provider_mirror is None else changes.read_number(conn)[0]
+        found = _found(req, conn, request, number)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(len(found.allocation_requests))
     return _shaped(req, request, found)
 
 
-def _found(req: Request, conn, request: AllocationCandidatesRequest) -> solver.AllocationCandidates:
-    _, found = find(req, conn, request, lenient=True)
+def _found(req: Request, conn, request: AllocationCandidatesRequest,
+           number: int | None) -> solver.AllocationCandidates:
+    _, found = find(req, conn, request, lenient=True, number=number)
     return found
 
 

@@ -120,6 +120,12 @@ class Application:
             from allotment.api.answer_cache import AnswerCache
 
             self.candidates_cache = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
+        #: Every provider, kept current (GET /allocation_candidates).
+        self.provider_mirror = None
+        if conf.allotment.provider_mirror and database.backend in changes.NOTING_BACKENDS:
+            from allotment.db.provider_mirror import ProviderMirror
+
+            self.provider_mirror = ProviderMirror()
         self.metrics = None
         if conf.allotment.metrics:
             from allotment.api.metrics import Metrics

@@ -726,6 +726,23 @@ class Candidates:
     anchors: Iterable[int]
 
 
+def nothing_to_find(request: AllocationCandidatesRequest, names: Names) -> bool:
+    """Whether no candidate can exist for a request whose names were checked
+    leniently: an ``in_tree`` provider or a requested class is unknown."""
+    return names.in_tree_roots is None or any(group.resources.keys() - names.class_ids.keys()
+                                              for group in request.groups)
+
+
+def mirrored_candidates(request: AllocationCandidatesRequest, names: Names,
+                        snapshot: ProviderSnapshot) -> Candidates:
+    """What the solver needs, from a snapshot of every provider
+    (:mod:`allotment.db.provider_mirror`): all of it, every root an anchor
+    to try, in id order."""
+    if nothing_to_find(request, names):
+        return Candidates(ProviderSnapshot(), ())
+    return Candidates(snapshot, snapshot.root_ids)
+
+
 def load_candidates(conn: Connection, request: AllocationCandidatesRequest, names: Names, *,
                     wanted: int | None = None) -> Candidates:
     """The snapshot and anchors the solver needs for ``request``.
@@ -735,8 +752,7 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
     are then loaded in rounds as the search reaches them.  None: every
     tree is loaded at once.
     """
-    if names.in_tree_roots is None or any(group.resources.keys() - names.class_ids.keys()
-                                          for group in request.groups):
+    if nothing_to_find(request, names):
         return Candidates(ProviderSnapshot(), ())
     sharing = _sharing_providers(conn, request, names)
     if _windowed(request, names, wanted):

@@ -18,7 +18,17 @@ second would give.
 * **SQLite**: one row, ``allotment_changes.n``, is increased by row
   triggers.  SQLite runs one write transaction at a time anyway, so this
   row serialises nothing that was not serial already.  A reader's
-  transaction sees the row as of its snapshot, like the data.
+  transaction sees the row as of its snapshot, like the data.  The same
+  triggers (migration 0004) also note, in ``allotment_provider_changes``,
+  which provider each written row belongs to, with the counter's value
+  after the write: the providers changed since number *m* are those noted
+  above *m* (:func:`changed_providers`), which is how a process keeps its
+  mirror of every provider current (:mod:`allotment.db.provider_mirror`).
+  A write to a table of names that is not an insert (a class renamed, a
+  trait or aggregate deleted) is noted as provider 0: everything.  A
+  second row of the counter table holds a random token chosen when the
+  table is made, folded into the number, so that numbers from before the
+  table was made again (by a migration) never equal later ones.
 * **PostgreSQL**: a single counter row would make every writer wait for
   the previous one to commit (and could deadlock writers that lock
   providers in different orders), so writers never update a shared row:
@@ -55,10 +65,25 @@ TRACKED = ("resource_providers", "inventories", "allocations", "resource_provide
 
 COUNTER = "allotment_changes"
 LOG = "allotment_change_log"
+#: SQLite: provider id -> the counter's value after its last write.
+PROVIDER_CHANGES = "allotment_provider_changes"
+#: The column naming the provider in each tracked table of provider rows;
+#: the others are tables of names.
+PROVIDER_COLUMN = {"resource_providers": "id", "inventories": "resource_provider_id",
+                   "allocations": "resource_provider_id", "resource_provider_traits": "resource_provider_id",
+                   "resource_provider_aggregates": "resource_provider_id"}
+#: A noted "provider" 0: something every provider may depend on changed.
+EVERYTHING = 0
+#: SQLite: the token is kept in the counter table's row of this id.
+_TOKEN_ROW = 2
+#: SQLite numbers are token * 2**TOKEN_SHIFT + n.
+TOKEN_SHIFT = 48
 TRIGGER_PREFIX = "allotment_chg_"
 PG_FUNCTION = "allotment_note_change"
 #: Backends on which the triggers are made.
 BACKENDS = ("sqlite", "postgresql")
+#: Backends whose triggers note the providers each write changed.
+NOTING_BACKENDS = ("sqlite",)
 #: Compact the PostgreSQL log once it holds this many rows.
 COMPACT_AT = 256
 
@@ -69,10 +94,29 @@ def _sqlite_triggers() -> list[tuple[str, str, str]]:
             for table in TRACKED for event in ("INSERT", "UPDATE", "DELETE")]
 
 
-def create(conn: Connection) -> None:
-    """Make the counter and the triggers (migration 0003), replacing any
-    left from an earlier take-over (a database handed back to the
-    reference keeps them; its allotment_version may not say so)."""
+#: Notes a provider with the counter's new value (the counter row is
+#: updated first in the same trigger).
+_SQLITE_NOTE = (f"INSERT INTO {PROVIDER_CHANGES} (provider_id, n) SELECT {{provider}}, n FROM {COUNTER} "
+                f"WHERE id = 1 ON CONFLICT (provider_id) DO UPDATE SET n = excluded.n")
+
+
+def _noted_providers(table: str, event: str) -> list[str]:
+    """What a SQLite trigger notes: the provider of the old and new row, or
+    everything for a change to a table of names (a new name changes no
+    provider: only rows that use it do)."""
+    column = PROVIDER_COLUMN.get(table)
+    if column is None:
+        return [] if event == "INSERT" else [str(EVERYTHING)]
+    return {"INSERT": [f"NEW.{column}"], "DELETE": [f"OLD.{column}"],
+            "UPDATE": [f"OLD.{column}", f"NEW.{column}"]}[event]
+
+
+def create(conn: Connection, *, note_providers: bool = True) -> None:
+    """Make the counter and the triggers (migrations 0003 and 0004),
+    replacing any left from an earlier take-over (a database handed back
+    to the reference keeps them; its allotment_version may not say so).
+    ``note_providers=False``: on SQLite, without the provider notes of
+    0004 (its downgrade)."""
     backend = conn.dialect.name
     if backend not in BACKENDS:
         return
@@ -80,9 +124,16 @@ def create(conn: Connection) -> None:
     conn.exec_driver_sql(f"CREATE TABLE {COUNTER} (id INTEGER NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
     conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES (1, 0)")
     if backend == "sqlite":
+        conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES ({_TOKEN_ROW}, abs(random() % 32767) + 1)")
+        if note_providers:
+            conn.exec_driver_sql(f"CREATE TABLE {PROVIDER_CHANGES} "
+                                 f"(provider_id INTEGER NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
+            conn.exec_driver_sql(f"CREATE INDEX {PROVIDER_CHANGES}_n ON {PROVIDER_CHANGES} (n)")
         for name, table, event in _sqlite_triggers():
+            noted = "".join(f"{_SQLITE_NOTE.format(provider=provider)}; "
+                            for provider in (_noted_providers(table, event) if note_providers else ()))
             conn.exec_driver_sql(f"CREATE TRIGGER {name} AFTER {event} ON {table} "
-                                 f"BEGIN UPDATE {COUNTER} SET n = n + 1 WHERE id = 1; END")
+                                 f"BEGIN UPDATE {COUNTER} SET n = n + 1 WHERE id = 1; {noted}END")
         return
     conn.exec_driver_sql(f"CREATE TABLE {LOG} (txid BIGINT NOT NULL PRIMARY KEY)")
     conn.exec_driver_sql(
@@ -102,6 +153,7 @@ def drop(conn: Connection) -> None:
     if backend == "sqlite":
         for name, _, _ in _sqlite_triggers():
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {PROVIDER_CHANGES}")
     elif backend == "postgresql":
         for table in TRACKED:
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {TRIGGER_PREFIX}{table} ON {table}")
@@ -114,12 +166,14 @@ def drop(conn: Connection) -> None:
 
 _SQLITE_NUMBER = sa.text(
     f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
-    f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE '{TRIGGER_PREFIX}%')")
+    f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE '{TRIGGER_PREFIX}%'), "
+    f"(SELECT n FROM {COUNTER} WHERE id = {_TOKEN_ROW})")
 _PG_NUMBER = sa.text(
     f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG}), "
     f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%' "
     f"AND tgenabled = 'A'), (SELECT count(*) FROM {LOG})")
 _PG_NUMBER_SQL = _PG_NUMBER.text
+_SQLITE_NUMBER_SQL = _SQLITE_NUMBER.text
 _EXPECTED = {"sqlite": len(TRACKED) * 3, "postgresql": len(TRACKED)}
 
 
@@ -131,8 +185,15 @@ def read_number(conn: Connection) -> tuple[int | None, bool]:
         return None, False
     try:
         if backend == "sqlite":
-            number, triggers = conn.execute(_SQLITE_NUMBER).one()
-            logged = 0
+            # On the DBAPI cursor: SQLAlchemy's per-statement work cost more
+            # than SQLite's own (same connection, same transaction).
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(_SQLITE_NUMBER_SQL)
+                number, triggers, token = cursor.fetchone()
+            finally:
+                cursor.close()
+            number, logged = _with_token(number, token), 0
         else:
             number, triggers, logged = _pg_number(conn.connection)
     except (sa.exc.DBAPIError, conn.dialect.loaded_dbapi.Error):  # not migrated yet: a read
@@ -167,7 +228,7 @@ def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
         else:
             cursor = raw.cursor()
             try:
-                cursor.execute(_SQLITE_NUMBER.text)
+                cursor.execute(_SQLITE_NUMBER_SQL)
                 row = cursor.fetchone()
             finally:
                 cursor.close()
@@ -177,7 +238,32 @@ def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
         return None, False
     finally:
         raw.close()
-    return _number(backend, *row) if backend == "postgresql" else _number(backend, row[0], row[1], 0)
+    if backend == "postgresql":
+        return _number(backend, *row)
+    return _number(backend, _with_token(row[0], row[2]), row[1], 0)
+
+
+def _with_token(n, token):
+    """The SQLite number: the counter with the table's token above it (None
+    without a token: a table made before migration 0004)."""
+    if n is None or token is None:
+        return None
+    return (int(token) << TOKEN_SHIFT) + int(n)
+
+
+_CHANGED = sa.text(f"SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > :n")
+
+
+def changed_providers(conn: Connection, since: int, now: int) -> set[int] | None:
+    """SQLite: ids of the providers written between the numbers ``since``
+    and ``now`` (both read by :func:`read_number`, ``now`` in ``conn``'s
+    transaction), :data:`EVERYTHING` among them when a table of names was;
+    None when the two numbers are not of the same table (it was made
+    again: everything may have changed)."""
+    if since >> TOKEN_SHIFT != now >> TOKEN_SHIFT:
+        return None
+    mask = (1 << TOKEN_SHIFT) - 1
+    return {row[0] for row in conn.execute(_CHANGED, {"n": since & mask})}
 
 
 def _number(backend: str, number, triggers, logged) -> tuple[int | None, bool]:

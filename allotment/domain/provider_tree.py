@@ -26,6 +26,7 @@ database layer should give a stable order (e.g. by internal id).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from allotment.domain import capacity as cap
@@ -188,6 +189,69 @@ class ProviderSnapshot:
             self._anchor_cache = {}
             self._sharing_by_root = None
 
+    def changed(self, providers: Iterable[Provider], gone: Iterable[int] = ()) -> ProviderSnapshot:
+        """A new snapshot: this one with ``providers`` added or put in place
+        of those with their ids, and the providers ``gone`` taken out.
+
+        For a snapshot of every provider kept current across requests
+        (:mod:`allotment.db.provider_mirror`), which must give its roots in
+        id order: the trees touched are sorted again, and the result's
+        ``root_ids`` are in id order.  The derived indexes of the trees
+        not touched are kept.  ``ValueError`` when a touched tree would
+        lack its root or a parent.
+        """
+        providers = list(providers)
+        by_id, by_uuid, trees = dict(self._by_id), dict(self._by_uuid), dict(self._trees)
+        new_ids = {prov.id for prov in providers}
+        before: dict[int, Provider | None] = {}
+        touched: set[int] = set()
+        for pid in itertools.chain(gone, new_ids):
+            if pid in before:
+                continue
+            old = by_id.pop(pid, None)
+            before[pid] = old
+            if old is not None:
+                if by_uuid.get(old.uuid) is old:
+                    del by_uuid[old.uuid]
+                touched.add(old.root_id)
+        for prov in providers:
+            by_id[prov.id] = prov
+            by_uuid[prov.uuid] = prov
+            touched.add(prov.root_id)
+        members: set[int] = set()
+        for root in touched:
+            kept = [pid for pid in self._trees.get(root, ()) if pid not in before]
+            tree = sorted(kept + [prov.id for prov in providers if prov.root_id == root])
+            members.update(self._trees.get(root, ()))
+            members.update(tree)
+            if tree:
+                trees[root] = tree
+            else:
+                trees.pop(root, None)
+        for root in touched:
+            for pid in trees.get(root, ()):
+                prov = by_id[pid]
+                if prov.root_id not in by_id or (prov.parent_id is not None and prov.parent_id not in by_id):
+                    raise ValueError(f"provider {pid}: its tree is not complete")
+        new = ProviderSnapshot()
+        new._by_id, new._by_uuid, new._trees = by_id, by_uuid, trees
+        new.root_ids = self.root_ids if trees.keys() == self._trees.keys() else tuple(sorted(trees))
+        new._ancestors = {pid: found for pid, found in self._ancestors.items() if pid not in members}
+        new._lineage = {pid: found for pid, found in self._lineage.items() if pid not in members}
+        new._classes = {root: found for root, found in self._classes.items() if root not in touched}
+
+        def reach(prov: Provider | None) -> tuple | None:
+            """What the sharing indexes know of a provider."""
+            if prov is None or not (prov.aggregates or prov.is_sharing):
+                return None
+            return prov.root_id, prov.is_sharing, frozenset(prov.aggregates)
+
+        if all(reach(old) == reach(by_id.get(pid)) for pid, old in before.items()):
+            # Nothing the sharing indexes are made of changed.
+            new._agg_roots, new._anchor_cache = self._agg_roots, dict(self._anchor_cache)
+            new._sharing_by_root = self._sharing_by_root
+        return new
+
     # -- plain lookups -------------------------------------------------
 
     def __len__(self) -> int:
@@ -310,7 +374,8 @@ class ProviderSnapshot:
 
     def sharing_providers_by_anchor(self) -> dict[int, tuple[int, ...]]:
         """For each root, the sharing providers *outside* its tree that can
-        lend it inventory."""
+        lend it inventory, in id order (the order the search tries them,
+        whatever order the providers were given in)."""
         if self._sharing_by_root is None:
             index: dict[int, list[int]] = {}
             for prov in self._by_id.values():
@@ -319,5 +384,5 @@ class ProviderSnapshot:
                 for root in self.sharing_anchors(prov.id):
                     if root != prov.root_id:
                         index.setdefault(root, []).append(prov.id)
-            self._sharing_by_root = {r: tuple(p) for r, p in index.items()}
+            self._sharing_by_root = {r: tuple(sorted(p)) for r, p in index.items()}
         return self._sharing_by_root

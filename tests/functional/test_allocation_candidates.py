@@ -240,7 +240,14 @@ def test_limit_takes_the_first_and_summarises_only_them(api, cloud):
         uuid for areq in limited["allocation_requests"] for uuid in areq["allocations"]}
 
 
-def test_limit_over_many_roots_reads_trees_in_rounds_and_keeps_the_order(api, cloud, monkeypatch):
+@pytest.fixture
+def database_reads(app, monkeypatch):
+    """Candidates read from the database at every request, as without a
+    provider mirror (PostgreSQL, MySQL): the tests of how it reads."""
+    monkeypatch.setattr(app, "provider_mirror", None)
+
+
+def test_limit_over_many_roots_reads_trees_in_rounds_and_keeps_the_order(database_reads, api, cloud, monkeypatch):
     for i in range(40):
         cloud.provider(f"cn{i}", inventories=COMPUTE)
     everything = candidates(api, "resources=VCPU:1")["allocation_requests"]
@@ -261,7 +268,7 @@ def test_limit_over_many_roots_reads_trees_in_rounds_and_keeps_the_order(api, cl
         assert sum(loads) <= limit, (limit, loads)
 
 
-def test_a_small_limit_over_big_trees_reads_only_the_first(api, cloud, monkeypatch):
+def test_a_small_limit_over_big_trees_reads_only_the_first(database_reads, api, cloud, monkeypatch):
     for h in range(4):
         cloud.provider(f"host{h}", inventories=COMPUTE)
         for d in range(6):
@@ -313,7 +320,7 @@ def _mixed_cloud(cloud: Cloud, app) -> list[str]:
 
 
 @pytest.mark.parametrize("first_window, rest_share", [(1, 0), (3, 0), (2, 1), (32, 4), (1, 10_000)])
-def test_a_limit_reads_root_windows_and_answers_as_the_whole(api, cloud, app, monkeypatch,
+def test_a_limit_reads_root_windows_and_answers_as_the_whole(database_reads, api, cloud, app, monkeypatch,
                                                                first_window, rest_share):
     queries = _mixed_cloud(cloud, app)
     wholes = {query: candidates(api, query)["allocation_requests"] for query in queries}
@@ -353,7 +360,7 @@ def test_a_limit_reads_root_windows_and_answers_as_the_whole(api, cloud, app, mo
                 uuid for areq in got["allocation_requests"] for uuid in areq["allocations"]}
 
 
-def test_a_small_limit_reads_the_inventories_of_few_trees(api, cloud, monkeypatch):
+def test_a_small_limit_reads_the_inventories_of_few_trees(database_reads, api, cloud, monkeypatch):
     for i in range(300):
         cloud.provider(f"cn{i}", inventories=COMPUTE)
     read = []

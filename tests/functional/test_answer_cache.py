@@ -1,14 +1,18 @@
 """Reused allocation candidate answers are always those a fresh read gives.
 
 ``GET /allocation_candidates`` keeps answers while the database's change
-number (kept by triggers, see ``allotment/db/changes.py``) stays the same.
+number (kept by triggers, see ``allotment/db/changes.py``) stays the same,
+and on SQLite computes them from a mirror of every provider kept current
+from the providers the triggers note (``allotment/db/provider_mirror.py``).
 Writes here come from outside the reading application: plain SQL on a
 connection of its own (as the reference Placement or an operator's hand
 SQL would write, with none of Allotment's code) and a second Allotment
 application with its own pool (another API process).  After any
 interleaving of such writes and reads, every answer of the caching
-application must equal, byte for byte, the answer of an application that
-keeps nothing, reading the same database at the same moment.
+application, and of one that computes every answer from its mirror, must
+equal the answer of an application that keeps nothing, reading the same
+database at the same moment (the same JSON: the mirror may list the
+provider summaries, a JSON object, in another order).
 """
 
 from __future__ import annotations
@@ -33,25 +37,28 @@ QUERIES = (
     "resources=VCPU:4&member_of={agg}",
     "resources=VCPU:1,DISK_GB:10",
     "resources=VCPU:1&resources1=CUSTOM_MAGIC:1&group_policy=none",
+    "resources=VCPU:1&resources1=CUSTOM_MAGIC2:1&group_policy=none",
+    "resources=CUSTOM_MAGIC:1",
 )
 VERSIONS = ("1.10", "1.21", "1.39")
 
 
-def _application(db_url: str, cache_mb: int) -> Application:
-    conf = make_conf(db_url, allotment__candidates_cache_mb=cache_mb)
+def _application(db_url: str, cache_mb: int, mirror: bool = True) -> Application:
+    conf = make_conf(db_url, allotment__candidates_cache_mb=cache_mb, allotment__provider_mirror=mirror)
     return Application(conf, database_from_config(conf))
 
 
 @pytest.fixture(scope="module")
 def apps(db_url):
     cached = _application(db_url, 8)
-    fresh = _application(db_url, 0)
+    fresh = _application(db_url, 0, mirror=False)
     other = _application(db_url, 8)
+    mirrored = _application(db_url, 0)
     # A writer with nothing of Allotment: SQLAlchemy's plain engine.
     outside = sa.create_engine(db_url)
-    yield cached, fresh, other, outside
+    yield cached, fresh, other, outside, mirrored
     outside.dispose()
-    for application in (cached, fresh, other):
+    for application in (cached, fresh, other, mirrored):
         application.db.dispose()
 
 
@@ -124,6 +131,23 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
         cloud.inventory(conn, pid, disk, 10 * amount)
     elif kind == "drop_inventory":
         conn.execute(inv.delete().where(inv.c.resource_provider_id == pid, inv.c.resource_class_id != vcpu))
+    elif kind == "delete_provider":
+        # The newest provider without children, with everything of its own.
+        rp = tables.resource_providers
+        parents = {row[0] for row in conn.execute(sa.select(rp.c.parent_provider_id))}
+        gone = next((p for p in reversed(cloud.providers) if p not in parents), None)
+        if gone is not None and len(cloud.providers) > 1:
+            for table in (alloc, inv, tables.resource_provider_traits, tables.resource_provider_aggregates):
+                conn.execute(table.delete().where(table.c.resource_provider_id == gone))
+            conn.execute(rp.delete().where(rp.c.id == gone))
+            cloud.providers.remove(gone)
+    elif kind == "rename_class":
+        # A custom class renamed (as PUT /resource_classes/{name} allows before 1.7):
+        # no provider row changes.
+        rc = tables.resource_classes
+        name = conn.execute(sa.select(rc.c.name).where(rc.c.id == cloud.magic)).scalar_one()
+        renamed = "CUSTOM_MAGIC2" if name == "CUSTOM_MAGIC" else "CUSTOM_MAGIC"
+        conn.execute(rc.update().where(rc.c.id == cloud.magic).values(name=renamed))
     if kind in BUMPING:
         # As Placement's writers (and any client of the API) do: the
         # per-provider records of allotment/db/allocation_candidates.py
@@ -149,7 +173,7 @@ def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
 
 
 RAW_KINDS = ("total", "allocate", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
-             "generation")
+             "generation", "delete_provider", "rename_class")
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
     st.tuples(st.sampled_from(RAW_KINDS), st.integers(0, 20), st.integers(1, 8)),
@@ -157,28 +181,31 @@ STEPS = st.lists(st.one_of(
 ), min_size=1, max_size=25)
 
 
-def _answer(api: ApiClient, query: str, version: str) -> tuple[int, bytes | tuple]:
-    """(status, body); of an error, its title and detail (not its request id)."""
+def _answer(api: ApiClient, query: str, version: str) -> tuple[int, object]:
+    """(status, JSON body); of an error, its title and detail (not its request id)."""
     response = api.get(f"/allocation_candidates?{query}", version=version)
     if response.status != 200:
         return response.status, (response.error()["title"], response.error()["detail"])
-    return response.status, response.raw.body
+    return response.status, response.json
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=STEPS)
 def test_reused_answers_match_fresh_reads(apps, steps):
-    cached, fresh, other, outside = apps
+    cached, fresh, other, outside, mirrored = apps
     _empty_tables(outside)
     with outside.begin() as conn:
         cloud = Cloud(conn)
     reader, checker, writer = ApiClient(cached), ApiClient(fresh), ApiClient(other)
+    mirror_reader = ApiClient(mirrored)
     for step in steps:
         if step[0] == "read":
             query = QUERIES[step[1]].format(agg=cloud.agg_uuid)
             # Each query twice: the second may be reused.
             for _ in range(2):
-                assert _answer(reader, query, step[2]) == _answer(checker, query, step[2])
+                expected = _answer(checker, query, step[2])
+                assert _answer(reader, query, step[2]) == expected
+                assert _answer(mirror_reader, query, step[2]) == expected
         elif step[0] == "api":
             _write_api(cloud, writer, step[1], step[2])
         else:
@@ -187,7 +214,7 @@ def test_reused_answers_match_fresh_reads(apps, steps):
 
 
 def test_answers_are_reused_until_someone_writes(apps):
-    cached, _, _, outside = apps
+    cached, _, _, outside, _ = apps
     _empty_tables(outside)
     with outside.begin() as conn:
         cloud = Cloud(conn)
@@ -205,7 +232,7 @@ def test_answers_are_reused_until_someone_writes(apps):
 
 
 def test_a_missing_trigger_turns_reuse_off(apps):
-    cached, _, _, outside = apps
+    cached, _, _, outside, _ = apps
     _empty_tables(outside)
     with outside.begin() as conn:
         Cloud(conn)
@@ -226,7 +253,7 @@ def test_a_missing_trigger_turns_reuse_off(apps):
 
 def test_the_log_is_folded_into_the_counter(apps):
     """PostgreSQL: compaction keeps the number and empties the log."""
-    cached, _, _, outside = apps
+    cached, _, _, outside, _ = apps
     if BACKEND != "postgresql":
         pytest.skip("the log exists on PostgreSQL only")
     _empty_tables(outside)
@@ -260,3 +287,62 @@ def test_memory_stays_within_its_bound():
     assert cache.get((99,), 2) is None and len(cache) == 0  # a new number retires everything
     cache.put((1,), 1, Answer(b"{}", 0))  # computed at an older number: not kept
     assert len(cache) == 0
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="the provider mirror is kept on SQLite only")
+def test_the_mirror_reads_again_only_what_changed(apps, monkeypatch):
+    _, fresh, other, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
+    query = "resources=VCPU:1,MEMORY_MB:512"
+
+    def same() -> None:
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+
+    same()
+    full, partial = mirror.full_reads, mirror.partial_reads
+    same()  # nothing written: nothing read
+    assert (mirror.full_reads, mirror.partial_reads) == (full, partial)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "allocate", 1, 3)
+    _write_api(cloud, ApiClient(other), 2, 1)
+    same()
+    assert (mirror.full_reads, mirror.partial_reads) == (full, partial + 1)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "delete_provider", 0, 1)
+    same()
+    assert (mirror.full_reads, mirror.partial_reads) == (full, partial + 2)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "rename_class", 0, 1)
+    same()
+    assert (mirror.full_reads, mirror.partial_reads) == (full + 1, partial + 2)
+    # A cloud over the bound: no mirror, the database is read.
+    monkeypatch.setattr("allotment.db.provider_mirror.MAX_PROVIDERS", 1)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "total", 0, 5)
+    try:
+        same()
+        assert mirror.too_big and mirror._state is None
+        same()
+        assert mirror.full_reads == full + 1 and mirror.partial_reads == partial + 3
+    finally:
+        mirror.too_big = False
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="the provider mirror is kept on SQLite only")
+def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
+    _, _, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    mirror = mirrored.provider_mirror
+    with mirrored.db.read() as old:
+        number, _ = changes.read_number(old)
+        with outside.begin() as conn:
+            _write_raw(cloud, conn, "allocate", 0, 2)
+        with mirrored.db.read() as new:
+            newer, _ = changes.read_number(new)
+            assert newer != number and mirror.snapshot(new, newer) is not None
+        assert mirror.snapshot(old, number) is None

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from allotment.db import migrate, tables
+from allotment.db import changes, migrate, tables
 from allotment.db.engine import create_engine
 from tests.conftest import create_database
 
@@ -30,9 +30,9 @@ def empty_engine(tmp_path_factory):
 
 
 def _differences(engine) -> list:
-    def ours(name, type_, _parent):  # the version tables are no part of tables.py
-        return not (type_ == "table" and name in ("alembic_version", "allotment_version",
-                                                  "allotment_changes", "allotment_change_log"))
+    def ours(name, type_, parent):  # the version and change tables are no part of tables.py
+        own = ("alembic_version", "allotment_version", changes.COUNTER, changes.LOG, changes.PROVIDER_CHANGES)
+        return not (name in own if type_ == "table" else parent.get("table_name") in own)
 
     with engine.connect() as conn:
         context = MigrationContext.configure(

@@ -1,0 +1,197 @@
+"""Every provider in memory, kept current from the database's change notes.
+
+``GET /allocation_candidates`` computed afresh reads the inventories of the
+requested classes with their usage, then the trees they belong to: on a
+small cloud that reading is most of a request's cost, and most of it is
+the same at every request (a claim changes one tree).  Where the database
+says which providers each write changed (SQLite, migration 0004: see
+:mod:`allotment.db.changes`), a process keeps instead one
+:class:`~allotment.domain.provider_tree.ProviderSnapshot` of *every*
+provider -- its place in its tree, generation, traits, aggregates,
+inventories and their usage -- and brings it up to date at each request
+by reading again only the providers noted since:
+
+* the change number is read first in the request's read transaction (as
+  for reused answers); equal to the mirror's, the mirror is what a fresh
+  read in that transaction would give, whoever wrote since (another
+  process, another host, the reference Placement, hand-written SQL: the
+  notes are made by triggers);
+* else the providers noted above the mirror's number are read again (five
+  statements, by id), in the same transaction, and a new snapshot made
+  from the old one with them (:meth:`ProviderSnapshot.changed`): the trees
+  not touched keep their objects and derived indexes;
+* a change to a table of names (a class renamed, a trait deleted), a
+  counter table made again, or more than half of the providers noted,
+  reads everything again.
+
+The snapshot is never modified once made: a request holds the one it was
+given while another thread makes the next.  A request whose transaction
+is older than the mirror (another thread has already moved it on) reads
+the database as without a mirror.
+
+Bounded: once it would hold more than :data:`MAX_PROVIDERS` providers the
+mirror is dropped and the process's requests read the database (until it
+is restarted).  It holds what the per-provider
+caches of :mod:`allotment.db.allocation_candidates` would hold for the
+same cloud (they are not filled while the mirror serves): about 1.5 KiB
+per provider, equal inventory mappings and trait lists kept once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from allotment.db import changes, raw_rows, tables
+from allotment.domain.provider_tree import Provider, ProviderInventory, ProviderSnapshot
+
+RP = tables.resource_providers
+INV = tables.inventories
+ALLOC = tables.allocations
+RC = tables.resource_classes
+TRAITS = tables.traits
+RP_TRAITS = tables.resource_provider_traits
+AGG = tables.placement_aggregates
+RP_AGG = tables.resource_provider_aggregates
+
+LOG = logging.getLogger(__name__)
+
+#: Above this many providers no mirror is kept.
+MAX_PROVIDERS = 200_000
+#: Statements that read the providers again: (name, every row, rows of the
+#: providers in the list ``ids``).
+_IDS = sa.bindparam("ids", expanding=True)
+
+
+def _both(statement: sa.Select, column) -> tuple[sa.Select, sa.Select]:
+    return statement, statement.where(column.in_(_IDS))
+
+
+_PROVIDERS = _both(sa.select(RP.c.id, RP.c.uuid, RP.c.parent_provider_id,
+                             sa.func.coalesce(RP.c.root_provider_id, RP.c.id), RP.c.generation), RP.c.id)
+_RECORDS = _both(sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
+                           INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio)
+                 .order_by(INV.c.resource_provider_id, INV.c.resource_class_id), INV.c.resource_provider_id)
+_USAGE = _both(sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, sa.func.sum(ALLOC.c.used))
+               .group_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id), ALLOC.c.resource_provider_id)
+_TRAITS = _both(sa.select(RP_TRAITS.c.resource_provider_id, TRAITS.c.name)
+                .join(TRAITS, TRAITS.c.id == RP_TRAITS.c.trait_id)
+                .order_by(RP_TRAITS.c.resource_provider_id, RP_TRAITS.c.trait_id), RP_TRAITS.c.resource_provider_id)
+_AGGREGATES = _both(sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
+                    .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id), RP_AGG.c.resource_provider_id)
+_CLASSES = sa.select(RC.c.id, RC.c.name)
+
+
+class ProviderMirror:
+    """One process's snapshot of every provider (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: (the change number it is current at, the snapshot)
+        self._state: tuple[int, ProviderSnapshot] | None = None
+        # Equal values kept once: inventory mappings by (records, usage),
+        # trait lists, aggregate sets.
+        self._kept: dict = {}
+        #: Reads of everything, and of some providers (for tests and logs).
+        self.full_reads = 0
+        self.partial_reads = 0
+        #: Set for good once there were too many providers to keep.
+        self.too_big = False
+
+    def snapshot(self, conn: Connection, number: int | None) -> ProviderSnapshot | None:
+        """Every provider as ``conn``'s transaction sees them, ``number``
+        being the change number read first in it; None when the caller
+        must read the database itself (no trustworthy number, a mirror
+        already past this transaction, too many providers)."""
+        if number is None or self.too_big:
+            return None
+        state = self._state
+        if state is not None and state[0] == number:
+            return state[1]
+        with self._lock:
+            state = self._state
+            if state is not None and state[0] == number:
+                return state[1]
+            changed = None
+            if state is not None:
+                changed = changes.changed_providers(conn, state[0], number)
+                if changed is not None and state[0] > number:
+                    return None  # this transaction began before the mirror's
+            if changed is None or changes.EVERYTHING in changed or len(changed) * 2 > len(state[1]):
+                snapshot = self._read_all(conn)
+            else:
+                try:
+                    snapshot = self._read_some(conn, state[1], changed)
+                except ValueError:  # a tree left incomplete: cannot happen in one transaction
+                    snapshot = self._read_all(conn)
+            if snapshot is None or len(snapshot) > MAX_PROVIDERS:
+                LOG.warning("more than %d resource providers: not kept in memory by this process", MAX_PROVIDERS)
+                self.too_big, self._state, self._kept = True, None, {}
+                return None
+            self._state = (number, snapshot)
+            return snapshot
+
+    def _read_all(self, conn: Connection) -> ProviderSnapshot | None:
+        self.full_reads += 1
+        self._kept = {}
+        providers = self._providers(conn, None)
+        if providers is None:
+            return None
+        providers.sort(key=lambda prov: (prov.root_id, prov.id))
+        return ProviderSnapshot(providers)
+
+    def _read_some(self, conn: Connection, old: ProviderSnapshot, ids: set[int]) -> ProviderSnapshot | None:
+        self.partial_reads += 1
+        if len(self._kept) > 4 * len(old) + 1024:
+            self._kept = {}
+        providers = self._providers(conn, sorted(ids))
+        if providers is None:
+            return None
+        return old.changed(providers, ids)
+
+    def _providers(self, conn: Connection, ids: list[int] | None) -> list[Provider] | None:
+        """The providers (every one, or those of ``ids`` that exist), built;
+        None when there are more than :data:`MAX_PROVIDERS`."""
+        which = 0 if ids is None else 1
+        params = {} if ids is None else {"ids": ids}
+        rows = raw_rows.rows(conn, _PROVIDERS[which], params)
+        if ids is None and len(rows) > MAX_PROVIDERS:
+            return None
+        class_names = dict(raw_rows.rows(conn, _CLASSES, {}))
+        records: dict[int, list] = {}
+        for row in raw_rows.rows(conn, _RECORDS[which], params):
+            records.setdefault(row[0], []).append(row[1:])
+        usage = {(pid, class_id): int(used) for pid, class_id, used in raw_rows.rows(conn, _USAGE[which], params)}
+        traits: dict[int, list[str]] = {}
+        for pid, name in raw_rows.rows(conn, _TRAITS[which], params):
+            traits.setdefault(pid, []).append(name)
+        aggregates: dict[int, list[str]] = {}
+        for pid, uuid in raw_rows.rows(conn, _AGGREGATES[which], params):
+            aggregates.setdefault(pid, []).append(uuid)
+        kept = self._kept
+        nothing: tuple = ()
+        built = []
+        for pid, uuid, parent, root, generation in rows:
+            own = tuple(records.get(pid, nothing))
+            used = tuple([usage.get((pid, record[0]), 0) for record in own])
+            key = (own, used)
+            inventories = kept.get(key)
+            if inventories is None:
+                inventories = kept[key] = {
+                    class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
+                    for record, amount in zip(own, used)}
+            built.append(Provider(
+                id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
+                traits=self._once(tuple(traits.get(pid, nothing))),
+                aggregates=self._once(frozenset(aggregates.get(pid, nothing))),
+                inventories=inventories))
+        return built
+
+    def _once(self, value):
+        known = self._kept.get(value)
+        if known is None:
+            known = self._kept[value] = value
+        return known

@@ -1,0 +1,82 @@
+"""ProviderSnapshot.changed: a snapshot made from another by replacing some
+providers looks up exactly as one made afresh from the same providers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot
+
+AGGREGATES = ("a1", "a2", "a3")
+CLASSES = ("VCPU", "DISK_GB", "VGPU")
+
+
+def _provider(pid: int, parent: Provider | None, rng: random.Random) -> Provider:
+    return Provider(
+        id=pid, uuid=f"u{pid}-{rng.randrange(3)}", parent_id=None if parent is None else parent.id,
+        root_id=pid if parent is None else parent.root_id, generation=rng.randrange(5),
+        traits=tuple(sorted(rng.sample(("CUSTOM_A", SHARING_TRAIT), rng.randrange(3)))),
+        aggregates=frozenset(rng.sample(AGGREGATES, rng.randrange(3))),
+        inventories={rc: ProviderInventory(8, used=rng.randrange(9)) for rc in rng.sample(CLASSES, rng.randrange(3))})
+
+
+def _fresh(providers: dict[int, Provider]) -> ProviderSnapshot:
+    return ProviderSnapshot(sorted(providers.values(), key=lambda prov: (prov.root_id, prov.id)))
+
+
+def _views(snapshot: ProviderSnapshot) -> tuple:
+    """Everything the solver and the summaries look up."""
+    return (snapshot.root_ids,
+            {root: list(snapshot.tree(root)) for root in snapshot.root_ids},
+            {prov.uuid: prov.id for prov in snapshot},
+            {root: snapshot.tree_by_class(root) for root in snapshot.root_ids},
+            {prov.id: snapshot.lineage(prov.id) for prov in snapshot},
+            {prov.id: snapshot.ancestors(prov.id) for prov in snapshot},
+            {prov.id: sorted(snapshot.sharing_anchors(prov.id)) for prov in snapshot if prov.is_sharing},
+            snapshot.sharing_providers_by_anchor())
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), rounds=st.integers(1, 6))
+def test_a_changed_snapshot_equals_one_made_afresh(seed, rounds):
+    rng = random.Random(seed)
+    providers: dict[int, Provider] = {}
+    next_id = 1
+    for _ in range(rng.randrange(1, 8)):
+        parent = rng.choice([None, *providers.values()]) if providers else None
+        providers[next_id] = _provider(next_id, parent, rng)
+        next_id += 1
+    snapshot = _fresh(providers)
+    for _ in range(rounds):
+        _views(snapshot)  # derived indexes filled, to be kept or dropped
+        changed: dict[int, Provider] = {}
+        gone: set[int] = set()
+        for _ in range(rng.randrange(1, 4)):
+            action = rng.randrange(3)
+            if action == 0 or not providers:  # a new provider, root or child
+                parent = rng.choice([None, *providers.values()]) if providers else None
+                changed[next_id] = providers[next_id] = _provider(next_id, parent, rng)
+                next_id += 1
+                continue
+            pid = rng.choice(sorted(providers))
+            old = providers[pid]
+            if action == 1:  # rewritten in place (generation, traits, aggregates, usage)
+                parent = providers.get(old.parent_id) if old.parent_id is not None else None
+                changed[pid] = providers[pid] = _provider(pid, parent, rng)
+            elif all(prov.parent_id != pid for prov in providers.values()):  # a leaf deleted
+                del providers[pid]
+                changed.pop(pid, None)
+                gone.add(pid)
+        snapshot = snapshot.changed(changed.values(), gone | set(changed))
+        assert _views(snapshot) == _views(_fresh(providers))
+
+
+def test_a_tree_left_without_its_parent_is_refused():
+    root = Provider(id=1, uuid="r")
+    child = Provider(id=2, uuid="c", parent_id=1, root_id=1)
+    snapshot = ProviderSnapshot([root, child])
+    with pytest.raises(ValueError):
+        snapshot.changed([], {1})
