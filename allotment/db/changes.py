@@ -52,6 +52,8 @@ off rather than leaving a write unseen).
 
 from __future__ import annotations
 
+import dataclasses
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -65,8 +67,13 @@ TRACKED = ("resource_providers", "inventories", "allocations", "resource_provide
 
 COUNTER = "allotment_changes"
 LOG = "allotment_change_log"
-#: SQLite: provider id -> the counter's value after its last write.
+#: Provider id -> the counter's value after its last write (SQLite), or
+#: after the compaction that folded its last noted write (PostgreSQL).
 PROVIDER_CHANGES = "allotment_provider_changes"
+#: PostgreSQL: (writing transaction, provider) of the writes not yet folded.
+PROVIDER_LOG = "allotment_provider_log"
+#: PostgreSQL: the functions of the triggers that note providers.
+PG_NOTE_PREFIX = "allotment_note_"
 #: The column naming the provider in each tracked table of provider rows;
 #: the others are tables of names.
 PROVIDER_COLUMN = {"resource_providers": "id", "inventories": "resource_provider_id",
@@ -83,7 +90,7 @@ PG_FUNCTION = "allotment_note_change"
 #: Backends on which the triggers are made.
 BACKENDS = ("sqlite", "postgresql")
 #: Backends whose triggers note the providers each write changed.
-NOTING_BACKENDS = ("sqlite",)
+NOTING_BACKENDS = ("sqlite", "postgresql")
 #: Compact the PostgreSQL log once it holds this many rows.
 COMPACT_AT = 256
 
@@ -145,6 +152,60 @@ def create(conn: Connection, *, note_providers: bool = True) -> None:
         conn.exec_driver_sql(f"CREATE TRIGGER {name} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE "
                              f"ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {PG_FUNCTION}()")
         conn.exec_driver_sql(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}")
+    if not note_providers:
+        return
+    conn.exec_driver_sql(f"CREATE TABLE {PROVIDER_LOG} (txid BIGINT NOT NULL, provider_id BIGINT NOT NULL, "
+                         f"PRIMARY KEY (txid, provider_id))")
+    conn.exec_driver_sql(f"CREATE TABLE {PROVIDER_CHANGES} "
+                         f"(provider_id BIGINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
+    conn.exec_driver_sql(f"CREATE INDEX {PROVIDER_CHANGES}_n ON {PROVIDER_CHANGES} (n)")
+    for table in TRACKED:
+        function = PG_NOTE_PREFIX + table
+        column = PROVIDER_COLUMN.get(table)
+        if column is None:  # a table of names: everything, unless a name was added
+            conn.exec_driver_sql(
+                f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"{_PG_NOTE.format(rows=f'(SELECT {EVERYTHING}) AS everything (p)', column='p')} "
+                f"RETURN NULL; END $$")
+            _pg_note_trigger(conn, table, "UPDATE OR DELETE OR TRUNCATE", "", function)
+            continue
+        # Statement triggers with transition tables: one statement per write
+        # statement, however many rows it wrote.
+        conn.exec_driver_sql(
+            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF TG_OP IN ('INSERT', 'UPDATE') THEN {_PG_NOTE.format(rows='new_rows', column=column)} END IF; "
+            f"IF TG_OP IN ('DELETE', 'UPDATE') THEN {_PG_NOTE.format(rows='old_rows', column=column)} END IF; "
+            f"IF TG_OP = 'TRUNCATE' THEN "
+            f"{_PG_NOTE.format(rows=f'(SELECT {EVERYTHING}) AS everything (p)', column='p')} END IF; "
+            f"RETURN NULL; END $$")
+        for event, transition in _PG_TRANSITIONS:
+            _pg_note_trigger(conn, table, event, transition, function)
+
+
+#: (event, transition tables) of the PostgreSQL triggers that note providers.
+_PG_TRANSITIONS = (("INSERT", "REFERENCING NEW TABLE AS new_rows"),
+                   ("UPDATE", "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+                   ("DELETE", "REFERENCING OLD TABLE AS old_rows"),
+                   ("TRUNCATE", ""))
+_PG_NOTE = (f"INSERT INTO {PROVIDER_LOG} (txid, provider_id) SELECT DISTINCT txid_current(), {{column}} "
+            f"FROM {{rows}} ON CONFLICT DO NOTHING;")
+
+
+def _pg_note_triggers() -> list[tuple[str, str]]:
+    """(trigger name, table) of every PostgreSQL trigger that notes providers."""
+    found = []
+    for table in TRACKED:
+        events = [event for event, _ in _PG_TRANSITIONS] if table in PROVIDER_COLUMN else ["NAMES"]
+        found += [(f"{TRIGGER_PREFIX}note_{table}_{event.lower()}", table) for event in events]
+    return found
+
+
+def _pg_note_trigger(conn: Connection, table: str, event: str, transition: str, function: str) -> None:
+    suffix = "names" if " OR " in event else event.lower()
+    name = f"{TRIGGER_PREFIX}note_{table}_{suffix}"
+    conn.exec_driver_sql(f"CREATE TRIGGER {name} AFTER {event} ON {table} {transition} "
+                         f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()")
+    conn.exec_driver_sql(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}")
 
 
 def drop(conn: Connection) -> None:
@@ -157,8 +218,14 @@ def drop(conn: Connection) -> None:
     elif backend == "postgresql":
         for table in TRACKED:
             conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {TRIGGER_PREFIX}{table} ON {table}")
+        for name, table in _pg_note_triggers():
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+        for table in TRACKED:
+            conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {PG_NOTE_PREFIX}{table}()")
         conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {PG_FUNCTION}()")
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG}")
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {PROVIDER_LOG}")
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {PROVIDER_CHANGES}")
     else:
         return
     conn.exec_driver_sql(f"DROP TABLE IF EXISTS {COUNTER}")
@@ -174,7 +241,7 @@ _PG_NUMBER = sa.text(
     f"AND tgenabled = 'A'), (SELECT count(*) FROM {LOG})")
 _PG_NUMBER_SQL = _PG_NUMBER.text
 _SQLITE_NUMBER_SQL = _SQLITE_NUMBER.text
-_EXPECTED = {"sqlite": len(TRACKED) * 3, "postgresql": len(TRACKED)}
+_EXPECTED = {"sqlite": len(TRACKED) * 3, "postgresql": len(TRACKED) + len(_pg_note_triggers())}
 
 
 def read_number(conn: Connection) -> tuple[int | None, bool]:
@@ -251,6 +318,53 @@ def _with_token(n, token):
     return (int(token) << TOKEN_SHIFT) + int(n)
 
 
+@dataclasses.dataclass(frozen=True)
+class PgNotes:
+    """PostgreSQL: what one snapshot showed of the change number and notes."""
+
+    #: The change number (as :func:`read_number` gives it).
+    number: int
+    #: The counter's value (what compactions folded in).
+    folded: int
+    #: The transactions in the log, not yet folded.
+    seen: frozenset[int]
+
+
+_PG_NOTES = (f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
+             f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%%' "
+             f"AND tgenabled = 'A'), ARRAY(SELECT txid FROM {LOG}), "
+             f"ARRAY(SELECT ARRAY[txid, provider_id] FROM {PROVIDER_LOG}), "
+             f"ARRAY(SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > %s)")
+
+
+def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, set[int] | None]:
+    """PostgreSQL, in one snapshot (``conn``'s REPEATABLE READ transaction):
+    (the notes now, or None when they cannot be trusted; the providers
+    written by the transactions that committed after ``since`` was read,
+    :data:`EVERYTHING` among them when a table of names was; None without
+    ``since``).
+
+    Such a transaction is either still in the provider log (and was not in
+    ``since``'s log), or a compaction that committed after ``since`` was
+    read folded it, and then noted its providers above ``since.folded``.
+    """
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(_PG_NOTES, (-1 if since is None else since.folded,))
+        folded, triggers, logged, provider_log, compacted = cursor.fetchone()
+    finally:
+        cursor.close()
+    number, _ = _number("postgresql", None if folded is None else int(folded) + len(logged), triggers, 0)
+    if number is None:
+        return None, None
+    notes = PgNotes(number, int(folded), frozenset(logged))
+    if since is None:
+        return notes, None
+    changed = {int(pid) for txid, pid in provider_log if txid not in since.seen}
+    changed.update(int(pid) for pid in compacted)
+    return notes, changed
+
+
 _CHANGED = sa.text(f"SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > :n")
 
 
@@ -272,9 +386,16 @@ def _number(backend: str, number, triggers, logged) -> tuple[int | None, bool]:
     return int(number), logged >= COMPACT_AT
 
 
+#: The log folded into the counter and the noted providers into
+#: PROVIDER_CHANGES with the counter's new value, in one statement (one
+#: snapshot: a transaction's rows in both logs are moved together).
 _PG_COMPACT = sa.text(
-    f"WITH gone AS (DELETE FROM {LOG} RETURNING 1) "
-    f"UPDATE {COUNTER} SET n = n + (SELECT count(*) FROM gone) WHERE id = 1")
+    f"WITH gone AS (DELETE FROM {LOG} RETURNING 1), "
+    f"moved AS (DELETE FROM {PROVIDER_LOG} RETURNING provider_id), "
+    f"counted AS (UPDATE {COUNTER} SET n = n + (SELECT count(*) FROM gone) WHERE id = 1 RETURNING n) "
+    f"INSERT INTO {PROVIDER_CHANGES} (provider_id, n) "
+    f"SELECT DISTINCT provider_id, (SELECT n FROM counted) FROM moved "
+    f"ON CONFLICT (provider_id) DO UPDATE SET n = excluded.n")
 
 
 def compact(conn: Connection) -> None:

@@ -292,7 +292,7 @@ def check_target(conn: Connection) -> None:
     # Allotment's own bookkeeping (its revision, the change number that reused
     # candidate answers are checked against) is laid out afresh, never copied.
     ours = ({table.name for table in COPIED} | {reference_layout.VERSION_TABLE, migrate.VERSION_TABLE}
-            | {changes.COUNTER, changes.LOG, changes.PROVIDER_CHANGES})
+            | {changes.COUNTER, changes.LOG, changes.PROVIDER_CHANGES, changes.PROVIDER_LOG})
     foreign = sorted(present - ours)
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")

@@ -90,8 +90,9 @@ class ProviderMirror:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: (the change number it is current at, the snapshot)
-        self._state: tuple[int, ProviderSnapshot] | None = None
+        #: (the change number it is current at, the snapshot, the notes
+        #: read with it: the number on SQLite, changes.PgNotes on PostgreSQL)
+        self._state: tuple | None = None
         # Equal values kept once: inventory mappings by (records, usage),
         # trait lists, aggregate sets.
         self._kept: dict = {}
@@ -115,24 +116,57 @@ class ProviderMirror:
             state = self._state
             if state is not None and state[0] == number:
                 return state[1]
+            if conn.dialect.name == "postgresql":
+                return self._pg_snapshot(conn, state)
             changed = None
             if state is not None:
                 changed = changes.changed_providers(conn, state[0], number)
                 if changed is not None and state[0] > number:
                     return None  # this transaction began before the mirror's
-            if changed is None or changes.EVERYTHING in changed or len(changed) * 2 > len(state[1]):
-                snapshot = self._read_all(conn)
+            snapshot = self._changed(conn, state, changed)
+            return self._keep(number, snapshot, number)
+
+    def _keep(self, number: int, snapshot: ProviderSnapshot | None, notes) -> ProviderSnapshot | None:
+        if snapshot is None or len(snapshot) > MAX_PROVIDERS:
+            LOG.warning("more than %d resource providers: not kept in memory by this process", MAX_PROVIDERS)
+            self.too_big, self._state, self._kept = True, None, {}
+            return None
+        self._state = (number, snapshot, notes)
+        return snapshot
+
+    def _changed(self, conn: Connection, state: tuple | None, changed: set[int] | None) -> ProviderSnapshot | None:
+        """The snapshot ``state``'s with the ``changed`` providers read again
+        (everything when unknown, a table of names or more than half)."""
+        if changed is None or changes.EVERYTHING in changed or len(changed) * 2 > len(state[1]):
+            return self._read_all(conn)
+        try:
+            return self._read_some(conn, state[1], changed)
+        except ValueError:  # a tree left incomplete: cannot happen in one transaction
+            return self._read_all(conn)
+
+    def _pg_snapshot(self, conn: Connection, state: tuple | None) -> ProviderSnapshot | None:
+        """PostgreSQL: ``conn`` reads without a transaction (each statement
+        its own snapshot), so the notes and the providers are read in one
+        REPEATABLE READ transaction of their own, which makes the mirror
+        what the database held at one moment during this request (its
+        change number is then the one the mirror is kept under)."""
+        cursor = conn.connection.cursor()
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            notes, changed = changes.pg_notes(conn, None if state is None else state[2])
+            if notes is None:
+                snapshot = None
+            elif state is not None and notes.number == state[0]:
+                snapshot = state[1]  # another thread has just brought it here
             else:
-                try:
-                    snapshot = self._read_some(conn, state[1], changed)
-                except ValueError:  # a tree left incomplete: cannot happen in one transaction
-                    snapshot = self._read_all(conn)
-            if snapshot is None or len(snapshot) > MAX_PROVIDERS:
-                LOG.warning("more than %d resource providers: not kept in memory by this process", MAX_PROVIDERS)
-                self.too_big, self._state, self._kept = True, None, {}
-                return None
-            self._state = (number, snapshot)
-            return snapshot
+                snapshot = self._keep(notes.number, self._changed(conn, state, changed), notes)
+            cursor.execute("COMMIT")
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+        return snapshot
 
     def _read_all(self, conn: Connection) -> ProviderSnapshot | None:
         self.full_reads += 1

@@ -1,14 +1,15 @@
-"""SQLite: note which providers each write changed, for the provider mirror
+"""Note which providers each write changed, for the provider mirror
 
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-26
 
-Makes the change-number table and triggers of 0003 again, now with (on
-SQLite) the table ``allotment_provider_changes`` and triggers that also
-note there the provider of every row written, and a token in the counter
-table; see ``allotment/db/changes.py``.  PostgreSQL's objects are made
-again unchanged; nothing is made on MySQL / MariaDB.
+Makes the change-number table and triggers of 0003 again, now with
+triggers that also note the provider of every row written: on SQLite in
+``allotment_provider_changes`` (and a token in the counter table), on
+PostgreSQL in ``allotment_provider_log`` (folded into
+``allotment_provider_changes`` with the log); see
+``allotment/db/changes.py``.  Nothing is made on MySQL / MariaDB.
 """
 
 from alembic import op
