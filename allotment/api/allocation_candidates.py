@@ -254,19 +254,34 @@ def _log_capped(req: Request) -> None:
                 req.request_id, SAFETY_CAP)
 
 
-def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest]) -> list[dict]:
-    if req.version < (1, 12):
-        return [{"allocations": [{"resource_provider": {"uuid": uuid}, "resources": resources}
-                                 for uuid, resources in candidate.allocations.items()]}
-                for candidate in candidates]
-    if req.version < (1, 34):
-        return [{"allocations": {uuid: {"resources": resources}
-                                 for uuid, resources in candidate.allocations.items()}}
-                for candidate in candidates]
-    return [{"allocations": {uuid: {"resources": resources}
-                             for uuid, resources in candidate.allocations.items()},
-             "mappings": candidate.mappings}
-            for candidate in candidates]
+def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest]) -> list:
+    """Each candidate in the form of the request's microversion, encoded.
+
+    A candidate the solver keeps across requests (the provider mirror's
+    memo of unchanged trees) keeps its encoded form in its ``shaped``
+    slot: (form, JSON), given again for the same form."""
+    form = 0 if req.version < (1, 12) else 1 if req.version < (1, 34) else 2
+    result: list = []
+    for candidate in candidates:
+        shaped = candidate.shaped
+        if shaped is None:  # made for this request only
+            result.append(_allocation_request(form, candidate))
+            continue
+        if shaped is False or shaped[0] != form:
+            # An exact-size copy (orjson's own bytes keep the room its writer grew to).
+            shaped = candidate.shaped = (form, orjson.Fragment(memoryview(
+                orjson.dumps(_allocation_request(form, candidate))).tobytes()))
+        result.append(shaped[1])
+    return result
+
+
+def _allocation_request(form: int, candidate: solver.AllocationRequest) -> dict:
+    if form == 0:
+        return {"allocations": [{"resource_provider": {"uuid": uuid}, "resources": resources}
+                                for uuid, resources in candidate.allocations.items()]}
+    allocations = {uuid: {"resources": resources} for uuid, resources in candidate.allocations.items()}
+    return {"allocations": allocations} if form == 1 else {"allocations": allocations,
+                                                           "mappings": candidate.mappings}
 
 
 #: Encoded summaries: (provider id, traits shown, tree shown, classes

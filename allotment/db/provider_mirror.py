@@ -46,7 +46,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
-from allotment.domain.provider_tree import Provider, ProviderInventory, ProviderSnapshot
+from allotment.domain.allocation_candidates import MEMO_LIMIT
+from allotment.domain.provider_tree import Provider, ProviderInventory, ProviderSnapshot, TreeMemo
 
 RP = tables.resource_providers
 INV = tables.inventories
@@ -175,7 +176,10 @@ class ProviderMirror:
         if providers is None:
             return None
         providers.sort(key=lambda prov: (prov.root_id, prov.id))
-        return ProviderSnapshot(providers)
+        snapshot = ProviderSnapshot(providers)
+        # The candidates of each tree, while it does not change.
+        snapshot.tree_memo = TreeMemo(MEMO_LIMIT)
+        return snapshot
 
     def _read_some(self, conn: Connection, old: ProviderSnapshot, ids: set[int]) -> ProviderSnapshot | None:
         self.partial_reads += 1

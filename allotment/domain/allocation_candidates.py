@@ -57,9 +57,15 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain import capacity as cap
-from allotment.domain.provider_tree import Provider, ProviderSnapshot
+from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
+
+#: Candidates of one tree kept for later requests at most (more are
+#: computed again), and candidates (plus one per tree and request) kept in
+#: all by one snapshot's memo.
+MEMO_PER_TREE = 16
+MEMO_LIMIT = 20_000
 
 DEPTH_FIRST = "depth-first"
 BREADTH_FIRST = "breadth-first"
@@ -99,6 +105,10 @@ class AllocationRequest:
     mappings: dict[str, list[str]]
     #: Internal ids of the providers holding allocated resources.
     provider_ids: tuple[int, ...]
+    #: None for a candidate made for one request; for one kept across
+    #: requests (see :class:`~allotment.domain.provider_tree.TreeMemo`),
+    #: False until the API layer keeps its encoded form here.
+    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -193,8 +203,14 @@ def iter_allocation_requests(
     plan = _Plan.build(request, snapshot)
     if plan is None:
         return iter(())
-    per_anchor = (plan.candidates_at(root)
-                  for root in plan.anchor_roots(anchors))
+    memo = snapshot.tree_memo
+    if memo is None:
+        per_anchor = (plan.candidates_at(root)
+                      for root in plan.anchor_roots(anchors))
+    else:
+        key = repr(dataclasses.replace(request, limit=None))
+        per_anchor = (plan.remembered(memo, key, root)
+                      for root in plan.anchor_roots(anchors))
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -381,6 +397,9 @@ class _Plan:
                     self.subtree_checks.setdefault(i, []).append(idx)
         self._single_ok_cache: dict[tuple, dict[int, bool]] = {}
         self._seen: set = set()
+        #: Candidates made of sharing providers only met so far: what one
+        #: anchor gives then depends on the anchors before it.
+        self.shared_only = 0
         #: Whether any sharing provider lends outside its tree: otherwise
         #: no candidate can be reached from two anchors.
         self.lenders = snapshot.sharing_providers_by_anchor()
@@ -612,6 +631,45 @@ class _Plan:
         found = search.only()
         return (found,) if found is not None else ()
 
+    def remembered(self, memo: TreeMemo, key: str,
+                   root: int) -> Iterable[AllocationRequest]:
+        """:meth:`candidates_at`, kept in ``memo`` under ``key`` (the
+        request but its limit) for the next requests while this tree does
+        not change (the memo forgets it then) nor do the sharing providers
+        lending to it (kept with them, compared by identity: a snapshot
+        gives the same object while a provider is unchanged).
+
+        Not kept: a tree holding a sharing provider, more than
+        :data:`MEMO_PER_TREE` candidates, and candidates searched while a
+        candidate made of sharing providers only was met (given under the
+        first anchor that reaches it, so what this anchor gives depends on
+        the others)."""
+        snapshot = self.snapshot
+        if self.lending and root in snapshot.roots_with_sharing():
+            return self.candidates_at(root)
+        lenders = tuple([snapshot.get(pid) for pid in self.lenders.get(root, ())])
+        found = memo.get(root, key)
+        if found is not None and len(found[0]) == len(lenders) and all(
+                kept is now for kept, now in zip(found[0], lenders)):
+            return found[1]
+        return self._remembering(memo, key, root, lenders)
+
+    def _remembering(self, memo: TreeMemo, key: str, root: int,
+                     lenders: tuple[Provider, ...]) -> Iterator[AllocationRequest]:
+        kept: list[AllocationRequest] | None = []
+        shared_only = self.shared_only
+        for areq in self.candidates_at(root):
+            if kept is not None:
+                kept.append(areq)
+                if len(kept) > MEMO_PER_TREE:
+                    kept = None
+            yield areq
+        # All of them were asked for (a limit may stop before).
+        if kept is not None and self.shared_only == shared_only:
+            for areq in kept:
+                areq.shaped = False
+            memo.put(root, key, (lenders, tuple(kept)), len(kept) + 1)
+
     def _lone(self, root: int) -> tuple[AllocationRequest, ...]:
         """The candidates of a tree of one provider that borrows nothing
         (flat compute nodes): every slot on that provider, or none.
@@ -677,6 +735,7 @@ class _Plan:
                          for rc, amount in res.items()),
                frozenset((suffix, frozenset(uuids))
                          for suffix, uuids in mappings.items()))
+        self.shared_only += 1
         if key in self._seen:
             return True
         self._seen.add(key)

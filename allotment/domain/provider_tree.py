@@ -127,6 +127,51 @@ class Provider:
         return SHARING_TRAIT in self.traits
 
 
+class TreeMemo:
+    """Results computed from one tree alone, kept with a snapshot that is
+    kept across requests, and dropped with the tree when it changes
+    (:meth:`ProviderSnapshot.changed`): root id -> key -> value.
+
+    Bounded by the sum of the sizes given to :meth:`put`: at ``limit``, it
+    is emptied (its successors share the count, so what older snapshots
+    still add is counted too, until then).
+    """
+
+    __slots__ = ("entries", "held", "limit")
+
+    def __init__(self, limit: int):
+        self.entries: dict[int, dict] = {}
+        #: [sum of the sizes held], shared with this memo's successors
+        self.held = [0]
+        self.limit = limit
+
+    def get(self, root: int, key):
+        """The value kept for ``key`` from this tree, or None."""
+        found = self.entries.get(root)
+        if found is None:
+            return None
+        kept = found.get(key)
+        return None if kept is None else kept[0]
+
+    def put(self, root: int, key, value, size: int) -> None:
+        """Keep ``value`` (not None), counted as ``size``."""
+        if self.held[0] + size > self.limit:
+            self.entries = {}
+            self.held[0] = 0
+        self.entries.setdefault(root, {})[key] = (value, size)
+        self.held[0] += size
+
+    def without(self, roots: Iterable[int]) -> TreeMemo:
+        """A successor without what was computed from these trees."""
+        new = TreeMemo.__new__(TreeMemo)
+        new.entries, new.held, new.limit = dict(self.entries), self.held, self.limit
+        for root in roots:
+            gone = new.entries.pop(root, None)
+            if gone:
+                self.held[0] -= sum(size for _, size in gone.values())
+        return new
+
+
 class ProviderSnapshot:
     """Providers grouped into trees, with the lookups the solver needs.
 
@@ -152,10 +197,14 @@ class ProviderSnapshot:
         self._agg_roots: dict[str, tuple[int, ...]] | None = None
         self._anchor_cache: dict[int, tuple[int, ...]] = {}
         self._sharing_by_root: dict[int, tuple[int, ...]] | None = None
+        self._sharing_roots: frozenset[int] | None = None
         self._lenders_given = sharing_lenders is not None
         if sharing_lenders is not None:
             self._sharing_by_root = {root: tuple(lenders) for root, lenders in sharing_lenders.items()}
         self._classes: dict[int, dict[str, list[int]]] = {}
+        #: What the solver computed from one tree, for a snapshot kept
+        #: across requests (None: nothing is kept).
+        self.tree_memo: TreeMemo | None = None
         self.add(providers)
 
     def add(self, providers: Iterable[Provider]) -> None:
@@ -184,6 +233,8 @@ class ProviderSnapshot:
                     "from snapshot (trees must be complete)")
         if len(self._trees) != len(self.root_ids):
             self.root_ids = tuple(self._trees)
+        if added:
+            self._sharing_roots = None
         if added and not self._lenders_given:
             self._agg_roots = None
             self._anchor_cache = {}
@@ -249,7 +300,12 @@ class ProviderSnapshot:
         if all(reach(old) == reach(by_id.get(pid)) for pid, old in before.items()):
             # Nothing the sharing indexes are made of changed.
             new._agg_roots, new._anchor_cache = self._agg_roots, dict(self._anchor_cache)
-            new._sharing_by_root = self._sharing_by_root
+            new._sharing_by_root, new._sharing_roots = self._sharing_by_root, self._sharing_roots
+            if self.tree_memo is not None:
+                new.tree_memo = self.tree_memo.without(touched)
+        elif self.tree_memo is not None:
+            # Which trees borrow from which may have changed: nothing kept.
+            new.tree_memo = TreeMemo(self.tree_memo.limit)
         return new
 
     # -- plain lookups -------------------------------------------------
@@ -371,6 +427,12 @@ class ProviderSnapshot:
             found = tuple(roots)
             self._anchor_cache[provider_id] = found
         return found
+
+    def roots_with_sharing(self) -> frozenset[int]:
+        """Roots of the trees that hold a sharing provider."""
+        if self._sharing_roots is None:
+            self._sharing_roots = frozenset(prov.root_id for prov in self._by_id.values() if prov.is_sharing)
+        return self._sharing_roots
 
     def sharing_providers_by_anchor(self) -> dict[int, tuple[int, ...]]:
         """For each root, the sharing providers *outside* its tree that can

@@ -17,6 +17,8 @@ provider summaries, a JSON object, in another order).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
@@ -39,8 +41,12 @@ QUERIES = (
     "resources=VCPU:1&resources1=CUSTOM_MAGIC:1&group_policy=none",
     "resources=VCPU:1&resources1=CUSTOM_MAGIC2:1&group_policy=none",
     "resources=CUSTOM_MAGIC:1",
+    "resources=DISK_GB:10",
+    "resources=VCPU:1&resources1=DISK_GB:10&group_policy=none",
 )
 VERSIONS = ("1.10", "1.21", "1.39")
+#: Random interleavings tried (more by hand: ALLOTMENT_PROPERTY_EXAMPLES=400).
+EXAMPLES = int(os.environ.get("ALLOTMENT_PROPERTY_EXAMPLES", "40"))
 
 
 def _application(db_url: str, cache_mb: int, mirror: bool = True) -> Application:
@@ -69,6 +75,10 @@ class Cloud:
         rc = tables.resource_classes
         self.classes = {name: ident for ident, name in conn.execute(sa.select(rc.c.id, rc.c.name))}
         self.gold = self._id(conn, tables.traits, name="CUSTOM_GOLD")
+        traits = tables.traits
+        self.sharing = conn.execute(sa.select(traits.c.id).where(
+            traits.c.name == "MISC_SHARES_VIA_AGGREGATE")).scalar() or self._id(
+                conn, traits, name="MISC_SHARES_VIA_AGGREGATE")
         self.magic = self._id(conn, rc, name="CUSTOM_MAGIC", id=tables.CUSTOM_RESOURCE_CLASS_MIN_ID)
         self.agg_uuid = new_uuid()
         self.agg = self._id(conn, tables.placement_aggregates, uuid=self.agg_uuid)
@@ -114,6 +124,14 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
             conn.execute(rpt.delete().where(rpt.c.resource_provider_id == pid))
         else:
             conn.execute(rpt.insert().values(resource_provider_id=pid, trait_id=cloud.gold))
+    elif kind == "share":
+        # A provider starts or stops sharing with its aggregate's trees.
+        rpt = tables.resource_provider_traits
+        mine = (rpt.c.resource_provider_id == pid, rpt.c.trait_id == cloud.sharing)
+        if conn.execute(sa.select(rpt).where(*mine)).first():
+            conn.execute(rpt.delete().where(*mine))
+        else:
+            conn.execute(rpt.insert().values(resource_provider_id=pid, trait_id=cloud.sharing))
     elif kind == "aggregate":
         rpa = tables.resource_provider_aggregates
         if conn.execute(sa.select(rpa).where(rpa.c.resource_provider_id == pid)).first():
@@ -158,7 +176,7 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
 
 #: Writes that change a provider's generation with its inventories or
 #: traits; "generation" alone changes no answer, and must not break reuse.
-BUMPING = ("total", "trait", "disk", "drop_inventory", "generation")
+BUMPING = ("total", "trait", "share", "disk", "drop_inventory", "generation")
 
 
 def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
@@ -173,7 +191,7 @@ def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
 
 
 RAW_KINDS = ("total", "allocate", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
-             "generation", "delete_provider", "rename_class")
+             "generation", "delete_provider", "rename_class", "share")
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
     st.tuples(st.sampled_from(RAW_KINDS), st.integers(0, 20), st.integers(1, 8)),
@@ -189,7 +207,7 @@ def _answer(api: ApiClient, query: str, version: str) -> tuple[int, object]:
     return response.status, response.json
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=STEPS)
 def test_reused_answers_match_fresh_reads(apps, steps):
     cached, fresh, other, outside, mirrored = apps

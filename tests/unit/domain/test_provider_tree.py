@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot
+from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot, TreeMemo
 
 AGGREGATES = ("a1", "a2", "a3")
 CLASSES = ("VCPU", "DISK_GB", "VGPU")
@@ -36,7 +36,7 @@ def _views(snapshot: ProviderSnapshot) -> tuple:
             {prov.id: snapshot.lineage(prov.id) for prov in snapshot},
             {prov.id: snapshot.ancestors(prov.id) for prov in snapshot},
             {prov.id: sorted(snapshot.sharing_anchors(prov.id)) for prov in snapshot if prov.is_sharing},
-            snapshot.sharing_providers_by_anchor())
+            snapshot.sharing_providers_by_anchor(), snapshot.roots_with_sharing())
 
 
 @settings(max_examples=150, deadline=None)
@@ -80,3 +80,21 @@ def test_a_tree_left_without_its_parent_is_refused():
     snapshot = ProviderSnapshot([root, child])
     with pytest.raises(ValueError):
         snapshot.changed([], {1})
+
+
+def test_the_tree_memo_forgets_changed_trees_and_stays_bounded():
+    hosts = [Provider(id=i, uuid=f"h{i}", inventories={"VCPU": ProviderInventory(8)}) for i in (1, 2, 3)]
+    snapshot = ProviderSnapshot(hosts)
+    snapshot.tree_memo = TreeMemo(limit=10)
+    for host in hosts:
+        snapshot.tree_memo.put(host.id, "q", ("candidate",), 2)
+    changed = snapshot.changed([Provider(id=2, uuid="h2", generation=1)], {2})
+    assert [changed.tree_memo.get(root, "q") for root in (1, 2, 3)] == [("candidate",), None, ("candidate",)]
+    assert snapshot.tree_memo.get(2, "q") == ("candidate",)  # the older snapshot keeps its own
+    assert changed.tree_memo.held == [4]
+    # A sharing provider joining an aggregate may lend to any tree: nothing is kept.
+    shared = Provider(id=4, uuid="s", traits=(SHARING_TRAIT,), aggregates=frozenset({"a1"}))
+    assert changed.changed([shared], {4}).tree_memo.entries == {}
+    for root in range(100, 110):  # past the limit: emptied, then filled again
+        changed.tree_memo.put(root, "q", ("c",), 2)
+        assert changed.tree_memo.held[0] <= 10
