@@ -25,10 +25,10 @@ import jsonschema
 import orjson
 import webob
 
-from allotment.api import fastschema
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import Version
 from allotment.api.routes import Endpoint, schema_at
+from allotment.domain import fastschema
 
 if TYPE_CHECKING:  # pragma: no cover
     from allotment.api.app import Application
@@ -250,9 +250,12 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
         # The schema first, as Placement: an unknown or missing parameter
         # is reported before a NUL in some value (req.GET refuses those).
         pairs = req.unchecked_query()
-        error = _best_error(_validator(schema), dict(pairs)) if pairs is not None else None
-        if error is not None:
-            raise HTTPError(400, f"Invalid query string parameters: {error}")
+        if pairs is not None:
+            document = dict(pairs)
+            quick = _quick_check(schema)
+            error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
+            if error is not None:
+                raise HTTPError(400, f"Invalid query string parameters: {error}")
     return dict(req.GET)
 
 
