@@ -202,13 +202,20 @@ class Application:
         return versioned
 
     def _log(self, environ, status, length, version, started, request_id) -> None:
+        if not LOG.isEnabledFor(logging.INFO):
+            return
         path = environ.get("PATH_INFO", "")
         query = environ.get("QUERY_STRING")
         if query:
             path += "?" + query
-        LOG.info('%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-                 request_id, environ.get("REQUEST_METHOD"), path, str(status).split(" ")[0],
-                 length, version or "-", (time.monotonic() - started) * 1000)
+        # The record made here rather than by LOG.info, which would walk the
+        # stack to find where it was called from: a fifth of the line's cost.
+        code = Application._log.__code__
+        LOG.handle(LOG.makeRecord(
+            LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
+            '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
+            (request_id, environ.get("REQUEST_METHOD"), path, str(status).split(" ")[0],
+             length, version or "-", (time.monotonic() - started) * 1000), None, code.co_name))
 
     def _guard(self, app: Callable) -> Callable:
         """Turn exceptions into error responses (inside CORS, so they get its headers)."""
