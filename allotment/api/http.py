@@ -56,8 +56,14 @@ def _is_uuid_like(value: Any) -> bool:
     return canonical == loose
 
 
-class Request(webob.Request):
-    """A WebOb request carrying what the pipeline worked out about it."""
+class Request(webob.BaseRequest):
+    """A WebOb request carrying what the pipeline worked out about it.
+
+    WebOb's ``BaseRequest``: its ``Request`` keeps attributes set on it in
+    the environ (``webob.adhoc_attrs``) and finds them there only after a
+    failed attribute lookup, on every read of ``req.version``, ``req.app``
+    or ``req.context``; here they are plain instance attributes.
+    """
 
     version: Version
     context: "RequestContext"
@@ -77,7 +83,7 @@ class Request(webob.Request):
         no query string ignore it, as Placement's do.
         """
         try:
-            params = webob.Request.GET.fget(self)
+            params = webob.BaseRequest.GET.fget(self)
         except UnicodeDecodeError as error:
             raise HTTPError(400, f"Invalid query string parameters: {error}") from None
         query = self.environ.get("QUERY_STRING", "")
@@ -93,7 +99,7 @@ class Request(webob.Request):
         when it is not UTF-8: ``GET`` answers that).  For what Placement
         looks at before that check: the schema's verdict, policy targets."""
         try:
-            return list(webob.Request.GET.fget(self).items())
+            return list(webob.BaseRequest.GET.fget(self).items())
         except UnicodeDecodeError:
             return None
 
@@ -324,5 +330,5 @@ def no_content(req: Request, status: int = 204, headers: dict[str, str] | None =
 def _add_cache_headers(req: Request, response: webob.Response,
                        last_modified: datetime.datetime | None) -> None:
     if req.version >= (1, 15):
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["Last-Modified"] = http_date(last_modified)
+        # Appended to the list: a new response has neither header yet.
+        response.headerlist.extend((("Cache-Control", "no-cache"), ("Last-Modified", http_date(last_modified))))
