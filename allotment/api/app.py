@@ -258,7 +258,9 @@ class Application:
         req.context = RequestContext.from_environ(environ, req.request_id)
         environ["allotment.handler"] = None
         _check_content_length(environ)
-        _limit_body(environ, self.conf.allotment.max_request_body_size)
+        if environ.get("CONTENT_LENGTH") or environ.get("HTTP_TRANSFER_ENCODING"):
+            # Only then is there a body (and the option worth reading: oslo.config is slow to ask).
+            _limit_body(environ, self.conf.allotment.max_request_body_size)
         path = decoded_path(environ)
         if "\x00" in path:
             # No write accepts a NUL, so nothing can be named with one (and
