@@ -14,6 +14,7 @@ import glob
 import os
 import shutil
 import tempfile
+import time
 import uuid
 
 from gunicorn import util
@@ -70,11 +71,35 @@ class _PlacementErrors:
             self.log.debug("Failed to send error message.")
 
 
-class PlacementThreadWorker(_PlacementErrors, ThreadWorker):
+#: Longest time between two heartbeats a worker sends the arbiter (at
+#: most a tenth of ``--timeout``).
+HEARTBEAT_INTERVAL = 1.0
+
+
+class _SparseHeartbeat:
+    """A worker that tells the arbiter it is alive once a second, not on
+    every pass of its loop.
+
+    gunicorn's workers call ``notify`` (an ``os.utime`` of the worker's
+    heartbeat file) each time round their loop: two or three times per
+    request for the threaded worker.  The arbiter only checks that the
+    file was touched within ``--timeout`` seconds (120 by default).
+    """
+
+    _last_heartbeat = float("-inf")
+
+    def notify(self):
+        now = time.monotonic()
+        if now - self._last_heartbeat >= min(HEARTBEAT_INTERVAL, self.timeout / 10):
+            self._last_heartbeat = now
+            super().notify()
+
+
+class PlacementThreadWorker(_PlacementErrors, _SparseHeartbeat, ThreadWorker):
     """gunicorn's threaded worker, refusing in Placement's error format."""
 
 
-class PlacementSyncWorker(_PlacementErrors, SyncWorker):
+class PlacementSyncWorker(_PlacementErrors, _SparseHeartbeat, SyncWorker):
     """gunicorn's single-threaded worker, refusing in Placement's error format."""
 
 #: prometheus_client's switch to multi-process mode (see api/metrics.py).

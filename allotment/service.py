@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from oslo_config import cfg
 
@@ -37,6 +38,22 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _Formatter(logging.Formatter):
+    """logging's Formatter, the text of the time made once a second rather
+    than for every record (every request logs a line)."""
+
+    _second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        known = self._second
+        if known[0] != second:
+            known = self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
+        return self.default_msec_format % (known[1], record.msecs)
+
+
 def setup_logging(conf: cfg.ConfigOpts) -> None:
     root = logging.getLogger()
     if getattr(root, "_allotment_configured", False):
@@ -45,7 +62,7 @@ def setup_logging(conf: cfg.ConfigOpts) -> None:
     handlers: list[logging.Handler] = [_StderrHandler()]
     if conf.log_file:
         handlers.append(logging.FileHandler(conf.log_file))
-    fmt = logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
+    fmt = _Formatter("%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
     for handler in handlers:
         handler.setFormatter(fmt)
         root.addHandler(handler)

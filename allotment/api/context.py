@@ -27,18 +27,17 @@ class RequestContext:
 
     @classmethod
     def from_environ(cls, environ: dict, request_id: str | None = None) -> "RequestContext":
-        def header(name: str) -> str | None:
-            value = environ.get("HTTP_" + name)
-            return value if value else None
-
-        roles = [r.strip() for r in (header("X_ROLES") or header("X_ROLE") or "").split(",") if r.strip()]
+        # An empty header counts as absent (``or``: the next one, or None).
+        header = environ.get
+        roles = [r.strip() for r in (header("HTTP_X_ROLES") or header("HTTP_X_ROLE") or "").split(",")
+                 if r.strip()]
         return cls(
-            user_id=header("X_USER_ID") or header("X_USER"),
-            project_id=header("X_PROJECT_ID") or header("X_TENANT_ID") or header("X_TENANT"),
+            user_id=header("HTTP_X_USER_ID") or header("HTTP_X_USER") or None,
+            project_id=header("HTTP_X_PROJECT_ID") or header("HTTP_X_TENANT_ID") or header("HTTP_X_TENANT") or None,
             roles=roles,
-            system_scope=header("OPENSTACK_SYSTEM_SCOPE"),
-            domain_id=header("X_DOMAIN_ID"),
-            user_domain_id=header("X_USER_DOMAIN_ID"),
-            project_domain_id=header("X_PROJECT_DOMAIN_ID"),
+            system_scope=header("HTTP_OPENSTACK_SYSTEM_SCOPE") or None,
+            domain_id=header("HTTP_X_DOMAIN_ID") or None,
+            user_domain_id=header("HTTP_X_USER_DOMAIN_ID") or None,
+            project_domain_id=header("HTTP_X_PROJECT_DOMAIN_ID") or None,
             request_id=request_id,
         )

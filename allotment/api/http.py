@@ -25,10 +25,10 @@ import jsonschema
 import orjson
 import webob
 
-from allotment.api import fastschema
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import Version
 from allotment.api.routes import Endpoint, schema_at
+from allotment.domain import fastschema
 
 if TYPE_CHECKING:  # pragma: no cover
     from allotment.api.app import Application
@@ -56,8 +56,14 @@ def _is_uuid_like(value: Any) -> bool:
     return canonical == loose
 
 
-class Request(webob.Request):
-    """A WebOb request carrying what the pipeline worked out about it."""
+class Request(webob.BaseRequest):
+    """A WebOb request carrying what the pipeline worked out about it.
+
+    WebOb's ``BaseRequest``: its ``Request`` keeps attributes set on it in
+    the environ (``webob.adhoc_attrs``) and finds them there only after a
+    failed attribute lookup, on every read of ``req.version``, ``req.app``
+    or ``req.context``; here they are plain instance attributes.
+    """
 
     version: Version
     context: "RequestContext"
@@ -77,7 +83,7 @@ class Request(webob.Request):
         no query string ignore it, as Placement's do.
         """
         try:
-            params = webob.Request.GET.fget(self)
+            params = webob.BaseRequest.GET.fget(self)
         except UnicodeDecodeError as error:
             raise HTTPError(400, f"Invalid query string parameters: {error}") from None
         query = self.environ.get("QUERY_STRING", "")
@@ -93,7 +99,7 @@ class Request(webob.Request):
         when it is not UTF-8: ``GET`` answers that).  For what Placement
         looks at before that check: the schema's verdict, policy targets."""
         try:
-            return list(webob.Request.GET.fget(self).items())
+            return list(webob.BaseRequest.GET.fget(self).items())
         except UnicodeDecodeError:
             return None
 
@@ -250,9 +256,12 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
         # The schema first, as Placement: an unknown or missing parameter
         # is reported before a NUL in some value (req.GET refuses those).
         pairs = req.unchecked_query()
-        error = _best_error(_validator(schema), dict(pairs)) if pairs is not None else None
-        if error is not None:
-            raise HTTPError(400, f"Invalid query string parameters: {error}")
+        if pairs is not None:
+            document = dict(pairs)
+            quick = _quick_check(schema)
+            error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
+            if error is not None:
+                raise HTTPError(400, f"Invalid query string parameters: {error}")
     return dict(req.GET)
 
 
@@ -321,5 +330,5 @@ def no_content(req: Request, status: int = 204, headers: dict[str, str] | None =
 def _add_cache_headers(req: Request, response: webob.Response,
                        last_modified: datetime.datetime | None) -> None:
     if req.version >= (1, 15):
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["Last-Modified"] = http_date(last_modified)
+        # Appended to the list: a new response has neither header yet.
+        response.headerlist.extend((("Cache-Control", "no-cache"), ("Last-Modified", http_date(last_modified))))

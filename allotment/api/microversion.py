@@ -7,6 +7,7 @@ whole history sits in one place.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 SERVICE_TYPE = "placement"
@@ -105,12 +106,28 @@ def _parse_request_version(value: str) -> Version:
     return Version(*numbers)
 
 
+#: Header values already read and the version each asks for: clients send
+#: the same few on every request.  Bounded (the header is the client's to
+#: choose); only values that ask for a version we serve are kept.
+_NEGOTIATED: dict[str | None, Version] = {}
+MAX_NEGOTIATED = 256
+
+
 def negotiate(header_value: str | None) -> Version:
     """The version a request asked for; the minimum when it asked for none.
 
     Malformed: ``InvalidVersion`` (400); well formed but not one we serve
     (``1.99``, ``-1.2``, ``0.9``): ``UnacceptableVersion`` (406).
     """
+    version = _NEGOTIATED.get(header_value)
+    if version is None:
+        version = _negotiate(header_value)
+        if len(_NEGOTIATED) < MAX_NEGOTIATED:
+            _NEGOTIATED[header_value] = version
+    return version
+
+
+def _negotiate(header_value: str | None) -> Version:
     value = _placement_value(header_value) if header_value else None
     if not value:
         return MIN_VERSION
@@ -122,9 +139,10 @@ def negotiate(header_value: str | None) -> Version:
     return version
 
 
-def response_headers(version: Version) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=None)  # one per version served
+def response_headers(version: Version) -> tuple[tuple[str, str], tuple[str, str]]:
     # Placement sends the header name lower-cased in Vary; clients match on it.
-    return [(HEADER, f"{SERVICE_TYPE} {version}"), ("Vary", HEADER.lower())]
+    return (HEADER, f"{SERVICE_TYPE} {version}"), ("Vary", HEADER.lower())
 
 
 def parse(value: str) -> Version:

@@ -321,14 +321,20 @@ RELOAD_INTERVAL = 1.0
 MAX_DECISIONS = 10_000
 
 
+#: Types of values that are part of a key as they are (subclasses are too,
+#: found by the slower isinstance).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _frozen(mapping: Mapping[str, Any]) -> tuple | None:
     """A hashable, order-independent copy of a flat credentials or target
     mapping; None when some value cannot be part of a key."""
     items = []
     for key, value in mapping.items():
-        if isinstance(value, list):
+        kind = type(value)
+        if kind is list or (kind not in _SCALARS and isinstance(value, list)):
             value = tuple(value)
-        elif not isinstance(value, (str, int, float, bool, type(None))):
+        elif kind not in _SCALARS and not isinstance(value, (str, int, float, bool, type(None))):
             return None
         items.append((key, value))
     items.sort()

@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 
 import allotment.api
-from allotment.api import fastschema, http
+from allotment.api import http
+from allotment.domain import fastschema
 
 
 def _schemas() -> list[tuple[str, dict]]:
@@ -150,3 +151,58 @@ def test_unknown_keywords_mean_no_quick_check():
     assert fastschema.compile({"type": "object", "oneOf": [{}]}, None) is None
     assert fastschema.compile({"type": "integer", "exclusiveMinimum": True, "minimum": 0}, None) is None
     assert fastschema.compile({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}, None) is None
+
+
+def _query_schemas() -> list[tuple[str, dict]]:
+    """Every route's query schema at every version that changes it."""
+    from allotment.api.routes import OWN_ROUTES, ROUTES, schema_at
+
+    found: dict[int, tuple[str, dict]] = {}
+    for table in (ROUTES, OWN_ROUTES):
+        for template, methods in table.items():
+            for method, endpoint in methods.items():
+                for minor in range(0, 40):
+                    schema = schema_at(endpoint.query, (1, minor))
+                    if schema is not None:
+                        found.setdefault(id(schema), (f"{method} {template} 1.{minor}", schema))
+    return list(found.values())
+
+
+QUERY_SCHEMAS = _query_schemas()
+QUERY_KEYS = ["resources", "resources1", "resources_CPU", "resources_", "required", "required2", "member_of",
+              "member_of_X", "in_tree", "in_tree1", "limit", "group_policy", "root_required", "same_subtree",
+              "name", "uuid", "project_id", "user_id", "consumer_type", "associated", "format", "x", ""]
+QUERY_VALUES = ["", "1", "0", "01", "10", "-1", "1.5", "none", "isolate", "None", "true", "x", "VCPU:1",
+                "in:A,B", "\u00e9", "a\x00b"] + UUIDS
+
+
+@pytest.mark.parametrize("name,schema", QUERY_SCHEMAS, ids=[name for name, _ in QUERY_SCHEMAS])
+def test_query_schemas_have_a_quick_yes_that_is_jsonschemas(name, schema):
+    """Query strings are checked with the quick yes first too (the route's
+    with the format checker, the candidates' parser's without), so a query
+    jsonschema refuses must never pass it."""
+    from allotment.domain import request_groups
+
+    rng = random.Random(name)
+    checks = [(fastschema.compile(schema, http._FORMAT_CHECKER), http._validator(schema)),
+              (fastschema.compile(schema, None), request_groups._validator(id(schema), schema)[2])]
+    for check, validator in checks:
+        assert check is not None, name
+        accepted = valids = 0
+        for _ in range(1500):
+            keys = rng.sample(QUERY_KEYS, rng.randint(0, 4))
+            if rng.random() < 0.5:  # mostly known keys
+                keys = [k for k in keys if k in schema.get("properties", {})] + ["resources"] * rng.randint(0, 1)
+            document = {key: rng.choice(QUERY_VALUES) for key in keys}
+            quick = check(document)
+            valid = validator.is_valid(document)
+            assert valid or not quick, (name, document)
+            accepted += quick
+            valids += valid
+        assert accepted == valids, (accepted, valids)
+
+
+def test_enum_tells_types_apart():
+    check = fastschema.compile({"enum": ["none", 1]}, None)
+    assert check("none") and check(1)
+    assert not check(True) and not check(1.0) and not check("1") and not check(["none"])

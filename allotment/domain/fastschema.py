@@ -20,15 +20,16 @@ Check = Callable[[Any], bool]
 #: Keywords that never reject anything.
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples"})
 
-_TYPES: dict[str, Check] = {
-    "object": lambda x: type(x) is dict,
-    "array": lambda x: type(x) is list,
-    "string": lambda x: type(x) is str,
+#: The Python types (exactly: ``type(x) in ...``) of each JSON type.
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
     # Stricter than jsonschema (no 1.0, no int subclasses): a False only costs time.
-    "integer": lambda x: type(x) is int,
-    "number": lambda x: type(x) is int or type(x) is float,
-    "boolean": lambda x: type(x) is bool,
-    "null": lambda x: x is None,
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
 }
 
 
@@ -78,8 +79,8 @@ def _type(value, fc, properties, patterns) -> Check:
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(isinstance(n, str) and n in _TYPES for n in names):
         raise Unsupported(value)
-    tests = [_TYPES[n] for n in names]
-    return lambda x: any(test(x) for test in tests)
+    types = frozenset(kind for n in names for kind in _TYPES[n])
+    return lambda x: type(x) in types
 
 
 def _properties(value, fc, properties, patterns) -> Check:
@@ -96,15 +97,39 @@ def _properties(value, fc, properties, patterns) -> Check:
     return check
 
 
+#: Keys remembered per set of patterns (emptied when full: keys such as
+#: provider uuids are not few).
+MAX_KEYS = 1024
+
+
+def _matching(patterns: list[str]) -> Callable[[str], tuple[int, ...]]:
+    """key -> the indexes of the ``patterns`` it matches, remembered: the
+    same few keys come back on every request, and a dict lookup costs a
+    fraction of a regular expression search."""
+    searches = [re.compile(pattern).search for pattern in patterns]
+    known: dict[str, tuple[int, ...]] = {}
+
+    def matching(key: str) -> tuple[int, ...]:
+        found = known.get(key)
+        if found is None:
+            if len(known) >= MAX_KEYS:
+                known.clear()
+            found = known[key] = tuple(i for i, search in enumerate(searches) if search(key))
+        return found
+
+    return matching
+
+
 def _pattern_properties(value, fc, properties, patterns) -> Check:
-    subs = [(re.compile(pattern).search, _compile(sub, fc)) for pattern, sub in value.items()]
+    matching = _matching(list(value))
+    subs = [_compile(sub, fc) for sub in value.values()]
 
     def check(x: Any) -> bool:
         if type(x) is not dict:
             return True
         for key, item in x.items():
-            for search, sub in subs:
-                if search(key) and not sub(item):
+            for index in matching(key):
+                if not subs[index](item):
                     return False
         return True
 
@@ -112,7 +137,7 @@ def _pattern_properties(value, fc, properties, patterns) -> Check:
 
 
 def _additional_properties(value, fc, properties, patterns) -> Check:
-    searches = [re.compile(pattern).search for pattern in patterns]
+    matching = _matching(list(patterns))
     if value is True:
         return lambda x: True
     sub = None if value is False else _compile(value, fc)
@@ -121,7 +146,7 @@ def _additional_properties(value, fc, properties, patterns) -> Check:
         if type(x) is not dict:
             return True
         for key, item in x.items():
-            if key in properties or any(search(key) for search in searches):
+            if key in properties or matching(key):
                 continue
             if sub is None or not sub(item):
                 return False
@@ -161,6 +186,14 @@ def _items(value, fc, properties, patterns) -> Check:
     return lambda x: type(x) is not list or all(sub(item) for item in x)
 
 
+def _enum(value, fc, properties, patterns) -> Check:
+    if not isinstance(value, list) or not all(type(v) in (str, int) for v in value):
+        raise Unsupported(value)
+    # Of the same type too: jsonschema tells True from 1 and 1.0 from 1.
+    allowed = frozenset((type(v), v) for v in value)
+    return lambda x: (type(x), x) in allowed if type(x) in (str, int) else False
+
+
 def _format(value, fc, properties, patterns) -> Check:
     if fc is None:
         return lambda x: True
@@ -183,5 +216,6 @@ _KEYWORDS: dict[str, Callable[..., Check]] = {
     "maximum": _bound(float, lambda x: x, False),
     "pattern": _pattern,
     "items": _items,
+    "enum": _enum,
     "format": _format,
 }
