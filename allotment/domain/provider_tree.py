@@ -287,9 +287,14 @@ class ProviderSnapshot:
         new = ProviderSnapshot()
         new._by_id, new._by_uuid, new._trees = by_id, by_uuid, trees
         new.root_ids = self.root_ids if trees.keys() == self._trees.keys() else tuple(sorted(trees))
-        new._ancestors = {pid: found for pid, found in self._ancestors.items() if pid not in members}
-        new._lineage = {pid: found for pid, found in self._lineage.items() if pid not in members}
-        new._classes = {root: found for root, found in self._classes.items() if root not in touched}
+        # Copied whole (in C) and then the few touched entries dropped: this
+        # runs at every write, the indexes may hold every provider.
+        new._ancestors, new._lineage, new._classes = dict(self._ancestors), dict(self._lineage), dict(self._classes)
+        for pid in members:
+            new._ancestors.pop(pid, None)
+            new._lineage.pop(pid, None)
+        for root in touched:
+            new._classes.pop(root, None)
 
         def reach(prov: Provider | None) -> tuple | None:
             """What the sharing indexes know of a provider."""
