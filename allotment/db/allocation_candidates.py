@@ -659,6 +659,16 @@ class _GenerationCache:
         return found
 
 
+def built_inventories(records: Sequence[tuple], used: Sequence[int],
+                      class_names: dict[int, str]) -> dict[str, ProviderInventory]:
+    """A provider's inventories with their usage, by class name, from its
+    records (class id, total, reserved, min_unit, max_unit, step_size,
+    ratio) in class id order and the units used of each; a record of a
+    class not in ``class_names`` is left out."""
+    return {class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
+            for record, amount in zip(records, used) if record[0] in class_names}
+
+
 def _with_generation(*item) -> sa.Select:
     """Every listed provider with its generation and ``item`` (outer-joined)."""
     return sa.select(RP.c.id, RP.c.uuid, RP.c.generation, *item)
@@ -1034,9 +1044,7 @@ class _Trees:
         # (never modified) mapping.
         inventories = _INVENTORIES.kept((records, used))
         if inventories is None:
-            inventories = _INVENTORIES.keep((records, used), {
-                class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
-                for record, amount in zip(records, used) if record[0] in class_names})
+            inventories = _INVENTORIES.keep((records, used), built_inventories(records, used, class_names))
         _INVENTORIES.put(pid, uuid, generation, (used, inventories))
         return inventories
 

@@ -235,10 +235,12 @@ _SQLITE_NUMBER = sa.text(
     f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
     f"(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE '{TRIGGER_PREFIX}%'), "
     f"(SELECT n FROM {COUNTER} WHERE id = {_TOKEN_ROW})")
+#: PostgreSQL: how many of our triggers are there and enabled.
+_PG_TRIGGERS = (f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%' "
+                f"AND tgenabled = 'A')")
 _PG_NUMBER = sa.text(
     f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG}), "
-    f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%' "
-    f"AND tgenabled = 'A'), (SELECT count(*) FROM {LOG})")
+    f"{_PG_TRIGGERS}, (SELECT count(*) FROM {LOG})")
 _PG_NUMBER_SQL = _PG_NUMBER.text
 _SQLITE_NUMBER_SQL = _SQLITE_NUMBER.text
 _EXPECTED = {"sqlite": len(TRACKED) * 3, "postgresql": len(TRACKED) + len(_pg_note_triggers())}
@@ -330,9 +332,9 @@ class PgNotes:
     seen: frozenset[int]
 
 
+# Run with a parameter: its % escaped for the driver.
 _PG_NOTES = (f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
-             f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%%' "
-             f"AND tgenabled = 'A'), ARRAY(SELECT txid FROM {LOG}), "
+             f"{_PG_TRIGGERS.replace('%', '%%')}, ARRAY(SELECT txid FROM {LOG}), "
              f"ARRAY(SELECT ARRAY[txid, provider_id] FROM {PROVIDER_LOG}), "
              f"ARRAY(SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > %s)")
 

@@ -4,8 +4,8 @@
 requested classes with their usage, then the trees they belong to: on a
 small cloud that reading is most of a request's cost, and most of it is
 the same at every request (a claim changes one tree).  Where the database
-says which providers each write changed (SQLite, migration 0004: see
-:mod:`allotment.db.changes`), a process keeps instead one
+says which providers each write changed (SQLite and PostgreSQL, migration
+0004: see :mod:`allotment.db.changes`), a process keeps instead one
 :class:`~allotment.domain.provider_tree.ProviderSnapshot` of *every*
 provider -- its place in its tree, generation, traits, aggregates,
 inventories and their usage -- and brings it up to date at each request
@@ -16,8 +16,10 @@ by reading again only the providers noted since:
   read in that transaction would give, whoever wrote since (another
   process, another host, the reference Placement, hand-written SQL: the
   notes are made by triggers);
-* else the providers noted above the mirror's number are read again (five
-  statements, by id), in the same transaction, and a new snapshot made
+* else the providers noted since the mirror's number are read again (five
+  statements, by id), in the same transaction (on PostgreSQL, whose reads
+  run without one, in a REPEATABLE READ transaction with the notes), and
+  a new snapshot made
   from the old one with them (:meth:`ProviderSnapshot.changed`): the trees
   not touched keep their objects and derived indexes;
 * a change to a table of names (a class renamed, a trait deleted), a
@@ -33,8 +35,8 @@ Bounded: once it would hold more than :data:`MAX_PROVIDERS` providers the
 mirror is dropped and the process's requests read the database (until it
 is restarted).  It holds what the per-provider
 caches of :mod:`allotment.db.allocation_candidates` would hold for the
-same cloud (they are not filled while the mirror serves): about 1.5 KiB
-per provider, equal inventory mappings and trait lists kept once.
+same cloud (they are not filled while the mirror serves): 2.0 KB per
+flat host measured, equal inventory mappings and trait lists kept once.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
+from allotment.db.allocation_candidates import built_inventories
 from allotment.domain.allocation_candidates import MEMO_LIMIT
-from allotment.domain.provider_tree import Provider, ProviderInventory, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 
 RP = tables.resource_providers
 INV = tables.inventories
@@ -62,8 +65,8 @@ LOG = logging.getLogger(__name__)
 
 #: Above this many providers no mirror is kept.
 MAX_PROVIDERS = 200_000
-#: Statements that read the providers again: (name, every row, rows of the
-#: providers in the list ``ids``).
+#: The statements that read providers, each as (every provider's rows, the
+#: rows of the providers in the list ``ids``).
 _IDS = sa.bindparam("ids", expanding=True)
 
 
@@ -218,9 +221,7 @@ class ProviderMirror:
             key = (own, used)
             inventories = kept.get(key)
             if inventories is None:
-                inventories = kept[key] = {
-                    class_names[record[0]]: ProviderInventory(*record[1:], used=amount)
-                    for record, amount in zip(own, used)}
+                inventories = kept[key] = built_inventories(own, used, class_names)
             built.append(Provider(
                 id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
                 traits=self._once(tuple(traits.get(pid, nothing))),
