@@ -209,8 +209,11 @@ def iter_allocation_requests(
                       for root in plan.anchor_roots(anchors))
     else:
         key = repr(dataclasses.replace(request, limit=None))
-        per_anchor = (plan.remembered(memo, key, root)
-                      for root in plan.anchor_roots(anchors))
+        if plan.lending:
+            per_anchor = (plan.remembered(memo, key, root)
+                          for root in plan.anchor_roots(anchors))
+        else:
+            per_anchor = plan.remembered_trees(memo, key, plan.anchor_roots(anchors))
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -230,7 +233,7 @@ def summarize(allocation_requests: Sequence[AllocationRequest],
     used = {pid for areq in allocation_requests for pid in areq.provider_ids}
     if nested_aware:
         roots = {snapshot.get(pid).root_id for pid in used}
-        pids = [pid for root in snapshot.root_ids if root in roots
+        pids = [pid for root in snapshot.in_root_order(roots)
                 for pid in snapshot.tree(root)]
     else:
         pids = [prov.id for prov in snapshot if prov.id in used]
@@ -460,11 +463,10 @@ class _Plan:
             roots = (self.in_tree_roots[unsuffixed_tree],)
         else:
             roots = self.snapshot.root_ids
-        for root in roots:
-            if root_traits and not root_traits.matches(
-                    self.snapshot.get(root).traits):
-                continue
-            yield root
+        if not root_traits:
+            return iter(roots)
+        get = self.snapshot.get
+        return (root for root in roots if root_traits.matches(get(root).traits))
 
     # -- per-provider predicates ----------------------------------------------
 
@@ -653,6 +655,25 @@ class _Plan:
                 kept is now for kept, now in zip(found[0], lenders)):
             return found[1]
         return self._remembering(memo, key, root, lenders)
+
+    def remembered_trees(self, memo: TreeMemo, key: str,
+                         roots: Iterable[int]) -> Iterator[Iterable[AllocationRequest]]:
+        """:meth:`remembered` for each of ``roots`` in turn, when no sharing
+        provider lends to another tree (no lenders to compare), but for the
+        trees the memo knows give nothing, which are passed over: a query
+        that few trees meet (``member_of``, rare traits) then costs a
+        dictionary lookup per other tree, not a search or a generator."""
+        remembering = self._remembering
+        for root in roots:
+            per_key = memo.entries.get(root)
+            if per_key is not None:
+                kept = per_key.get(key)
+                if kept is not None and not kept[0][0]:
+                    found = kept[0][1]
+                    if found:
+                        yield found
+                    continue
+            yield remembering(memo, key, root, ())
 
     def _remembering(self, memo: TreeMemo, key: str, root: int,
                      lenders: tuple[Provider, ...]) -> Iterator[AllocationRequest]:

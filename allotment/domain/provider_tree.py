@@ -202,6 +202,8 @@ class ProviderSnapshot:
         if sharing_lenders is not None:
             self._sharing_by_root = {root: tuple(lenders) for root, lenders in sharing_lenders.items()}
         self._classes: dict[int, dict[str, list[int]]] = {}
+        #: root id -> its place in root_ids (built when first needed)
+        self._root_index: dict[int, int] | None = None
         #: What the solver computed from one tree, for a snapshot kept
         #: across requests (None: nothing is kept).
         self.tree_memo: TreeMemo | None = None
@@ -233,6 +235,7 @@ class ProviderSnapshot:
                     "from snapshot (trees must be complete)")
         if len(self._trees) != len(self.root_ids):
             self.root_ids = tuple(self._trees)
+            self._root_index = None
         if added:
             self._sharing_roots = None
         if added and not self._lenders_given:
@@ -286,7 +289,10 @@ class ProviderSnapshot:
                     raise ValueError(f"provider {pid}: its tree is not complete")
         new = ProviderSnapshot()
         new._by_id, new._by_uuid, new._trees = by_id, by_uuid, trees
-        new.root_ids = self.root_ids if trees.keys() == self._trees.keys() else tuple(sorted(trees))
+        if trees.keys() == self._trees.keys():
+            new.root_ids, new._root_index = self.root_ids, self._root_index
+        else:
+            new.root_ids = tuple(sorted(trees))
         # Copied whole (in C) and then the few touched entries dropped: this
         # runs at every write, the indexes may hold every provider.
         new._ancestors, new._lineage, new._classes = dict(self._ancestors), dict(self._lineage), dict(self._classes)
@@ -344,6 +350,17 @@ class ProviderSnapshot:
                     found.setdefault(rc, []).append(pid)
             self._classes[root_id] = found
         return found
+
+    def in_root_order(self, roots: Collection[int]) -> list[int]:
+        """These roots (of this snapshot) in the order of ``root_ids``;
+        a few among many are sorted by their place rather than found by
+        walking every root."""
+        if len(roots) * 16 >= len(self.root_ids):
+            return [root for root in self.root_ids if root in roots]
+        index = self._root_index
+        if index is None:
+            index = self._root_index = {root: place for place, root in enumerate(self.root_ids)}
+        return sorted(roots, key=index.__getitem__)
 
     def uuid_of(self, provider_id: int | None) -> str | None:
         if provider_id is None:

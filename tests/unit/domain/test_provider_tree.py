@@ -36,7 +36,9 @@ def _views(snapshot: ProviderSnapshot) -> tuple:
             {prov.id: snapshot.lineage(prov.id) for prov in snapshot},
             {prov.id: snapshot.ancestors(prov.id) for prov in snapshot},
             {prov.id: sorted(snapshot.sharing_anchors(prov.id)) for prov in snapshot if prov.is_sharing},
-            snapshot.sharing_providers_by_anchor(), snapshot.roots_with_sharing())
+            snapshot.sharing_providers_by_anchor(), snapshot.roots_with_sharing(),
+            # a few roots (sorted by place) and many (filtered in order)
+            [snapshot.in_root_order(set(snapshot.root_ids[i::step])) for step in (1, 2, 40) for i in (0, 1)])
 
 
 @settings(max_examples=150, deadline=None)
@@ -98,3 +100,13 @@ def test_the_tree_memo_forgets_changed_trees_and_stays_bounded():
     for root in range(100, 110):  # past the limit: emptied, then filled again
         changed.tree_memo.put(root, "q", ("c",), 2)
         assert changed.tree_memo.held[0] <= 10
+
+
+def test_roots_come_in_root_order_however_few():
+    snapshot = ProviderSnapshot([Provider(id=pid, uuid=f"h{pid}") for pid in (5, 3, 9, *range(100, 140))])
+    assert snapshot.root_ids[:3] == (5, 3, 9)
+    assert snapshot.in_root_order({3, 5}) == [5, 3]  # by place, not by id
+    assert snapshot.in_root_order({139, 3}) == [3, 139]
+    assert snapshot.in_root_order(set(snapshot.root_ids)) == list(snapshot.root_ids)
+    snapshot.add([Provider(id=1, uuid="h1")])  # a new root: its place is known too
+    assert snapshot.in_root_order({1, 9}) == [9, 1]
