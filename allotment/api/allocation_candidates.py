@@ -298,31 +298,52 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                         summaries: Sequence[solver.ProviderSummary]) -> dict[str, orjson.Fragment]:
     """Each provider with its inventories' capacity and usage (before 1.27
     only the requested classes), traits (1.17) and place in its tree
-    (1.29), encoded."""
+    (1.29), encoded.
+
+    A summary the solver keeps with its snapshot keeps its encoded form in
+    its ``shaped`` slot: (form, JSON), given again for the same form."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
     requested = None if req.version >= (1, 27) else frozenset(request.resource_class_names())
+    form = (with_traits, nested, requested)
     encoded = _ENCODED
     result = {}
     for summary in summaries:
+        shaped = summary.shaped
         provider = summary.provider
+        if shaped:
+            if shaped[0] == form:
+                result[provider.uuid] = shaped[1]
+                continue
+        elif shaped is False:
+            summary.shaped = (form, _encoded_summary(summary, with_traits, nested, requested))
+            result[provider.uuid] = summary.shaped[1]
+            continue
         parent, root = summary.parent_provider_uuid, summary.root_provider_uuid
         key = (provider.id, with_traits, nested, requested)
         known = encoded.get(key)
         if known is None or known[0] is not provider or known[1] != parent or known[2] != root:
-            body: dict = {"resources": {
-                rc: {"capacity": inv.capacity, "used": inv.used}
-                for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
-            if with_traits:
-                body["traits"] = provider.traits  # a tuple: orjson writes an array
-            if nested:
-                body["parent_provider_uuid"] = parent
-                body["root_provider_uuid"] = root
             if len(encoded) >= MAX_ENCODED:
                 encoded.clear()
-            # A copy of orjson's bytes: they keep the 4 KiB its writer
-            # started with (a 250-byte summary would cost 4 KiB kept).
             known = encoded[key] = (provider, parent, root,
-                                    orjson.Fragment(memoryview(orjson.dumps(body)).tobytes()))
+                                    _encoded_summary(summary, with_traits, nested, requested))
+        if shaped is not None:  # kept with the snapshot, another form
+            summary.shaped = (form, known[3])
         result[provider.uuid] = known[3]
     return result
+
+
+def _encoded_summary(summary: solver.ProviderSummary, with_traits: bool, nested: bool,
+                     requested: frozenset | None) -> orjson.Fragment:
+    provider = summary.provider
+    body: dict = {"resources": {
+        rc: {"capacity": inv.capacity, "used": inv.used}
+        for rc, inv in provider.inventories.items() if requested is None or rc in requested}}
+    if with_traits:
+        body["traits"] = provider.traits  # a tuple: orjson writes an array
+    if nested:
+        body["parent_provider_uuid"] = summary.parent_provider_uuid
+        body["root_provider_uuid"] = summary.root_provider_uuid
+    # A copy of orjson's bytes: they keep the 4 KiB its writer started
+    # with (a 250-byte summary would cost 4 KiB kept).
+    return orjson.Fragment(memoryview(orjson.dumps(body)).tobytes())

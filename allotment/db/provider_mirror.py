@@ -180,8 +180,10 @@ class ProviderMirror:
             return None
         providers.sort(key=lambda prov: (prov.root_id, prov.id))
         snapshot = ProviderSnapshot(providers)
-        # The candidates of each tree, while it does not change.
+        # The candidates of each tree, and the summary of each provider,
+        # while the tree does not change.
         snapshot.tree_memo = TreeMemo(MEMO_LIMIT)
+        snapshot.per_provider = {}
         return snapshot
 
     def _read_some(self, conn: Connection, old: ProviderSnapshot, ids: set[int]) -> ProviderSnapshot | None:

@@ -122,6 +122,10 @@ class ProviderSummary:
     provider: Provider
     parent_provider_uuid: str | None
     root_provider_uuid: str
+    #: None for a summary made for one request; for one kept with a
+    #: snapshot across requests (:attr:`ProviderSnapshot.per_provider`),
+    #: False until the API layer keeps its encoded form here.
+    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def uuid(self) -> str:
@@ -237,7 +241,17 @@ def summarize(allocation_requests: Sequence[AllocationRequest],
                 for pid in snapshot.tree(root)]
     else:
         pids = [prov.id for prov in snapshot if prov.id in used]
-    return [_summary(snapshot.get(pid), snapshot) for pid in pids]
+    kept = snapshot.per_provider
+    if kept is None:
+        return [_summary(snapshot.get(pid), snapshot) for pid in pids]
+    result = []
+    for pid in pids:
+        summary = kept.get(pid)
+        if summary is None:
+            summary = kept[pid] = _summary(snapshot.get(pid), snapshot)
+            summary.shaped = False
+        result.append(summary)
+    return result
 
 
 def _summary(prov: Provider, snapshot: ProviderSnapshot) -> ProviderSummary:

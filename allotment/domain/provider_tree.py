@@ -207,6 +207,10 @@ class ProviderSnapshot:
         #: What the solver computed from one tree, for a snapshot kept
         #: across requests (None: nothing is kept).
         self.tree_memo: TreeMemo | None = None
+        #: provider id -> what was derived from that provider and its tree
+        #: alone (the solver's summary of it), for a snapshot kept across
+        #: requests (None: nothing is kept); dropped with the tree.
+        self.per_provider: dict[int, object] | None = None
         self.add(providers)
 
     def add(self, providers: Iterable[Provider]) -> None:
@@ -301,6 +305,10 @@ class ProviderSnapshot:
             new._lineage.pop(pid, None)
         for root in touched:
             new._classes.pop(root, None)
+        if self.per_provider is not None:
+            new.per_provider = dict(self.per_provider)
+            for pid in members:
+                new.per_provider.pop(pid, None)
 
         def reach(prov: Provider | None) -> tuple | None:
             """What the sharing indexes know of a provider."""

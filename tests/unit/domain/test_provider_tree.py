@@ -88,9 +88,13 @@ def test_the_tree_memo_forgets_changed_trees_and_stays_bounded():
     hosts = [Provider(id=i, uuid=f"h{i}", inventories={"VCPU": ProviderInventory(8)}) for i in (1, 2, 3)]
     snapshot = ProviderSnapshot(hosts)
     snapshot.tree_memo = TreeMemo(limit=10)
+    snapshot.per_provider = {}
     for host in hosts:
         snapshot.tree_memo.put(host.id, "q", ("candidate",), 2)
+        snapshot.per_provider[host.id] = f"summary of {host.id}"
     changed = snapshot.changed([Provider(id=2, uuid="h2", generation=1)], {2})
+    assert changed.per_provider == {1: "summary of 1", 3: "summary of 3"}
+    assert len(snapshot.per_provider) == 3
     assert [changed.tree_memo.get(root, "q") for root in (1, 2, 3)] == [("candidate",), None, ("candidate",)]
     assert snapshot.tree_memo.get(2, "q") == ("candidate",)  # the older snapshot keeps its own
     assert changed.tree_memo.held == [4]
