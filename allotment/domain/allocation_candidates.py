@@ -213,11 +213,7 @@ def iter_allocation_requests(
                       for root in plan.anchor_roots(anchors))
     else:
         key = repr(dataclasses.replace(request, limit=None))
-        if plan.lending:
-            per_anchor = (plan.remembered(memo, key, root)
-                          for root in plan.anchor_roots(anchors))
-        else:
-            per_anchor = plan.remembered_trees(memo, key, plan.anchor_roots(anchors))
+        per_anchor = plan.remembered(memo, key, plan.anchor_roots(anchors))
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -648,49 +644,36 @@ class _Plan:
         return (found,) if found is not None else ()
 
     def remembered(self, memo: TreeMemo, key: str,
-                   root: int) -> Iterable[AllocationRequest]:
-        """:meth:`candidates_at`, kept in ``memo`` under ``key`` (the
-        request but its limit) for the next requests while this tree does
-        not change (the memo forgets it then) nor do the sharing providers
-        lending to it (kept with them, compared by identity: a snapshot
-        gives the same object while a provider is unchanged).
+                   roots: Iterable[int]) -> Iterator[Iterable[AllocationRequest]]:
+        """:meth:`candidates_at` for each of ``roots`` in turn, each kept in
+        ``memo`` under ``key`` (the request but its limit) for the next
+        requests while neither the tree nor a sharing provider lending to
+        it changes (the snapshot's memo forgets it then).  The trees the
+        memo knows give nothing are passed over: a query that few trees
+        meet (``member_of``, rare traits) costs a dictionary lookup per
+        other tree.
 
         Not kept: a tree holding a sharing provider, more than
         :data:`MEMO_PER_TREE` candidates, and candidates searched while a
         candidate made of sharing providers only was met (given under the
         first anchor that reaches it, so what this anchor gives depends on
         the others)."""
-        snapshot = self.snapshot
-        if self.lending and root in snapshot.roots_with_sharing():
-            return self.candidates_at(root)
-        lenders = tuple([snapshot.get(pid) for pid in self.lenders.get(root, ())])
-        found = memo.get(root, key)
-        if found is not None and len(found[0]) == len(lenders) and all(
-                kept is now for kept, now in zip(found[0], lenders)):
-            return found[1]
-        return self._remembering(memo, key, root, lenders)
-
-    def remembered_trees(self, memo: TreeMemo, key: str,
-                         roots: Iterable[int]) -> Iterator[Iterable[AllocationRequest]]:
-        """:meth:`remembered` for each of ``roots`` in turn, when no sharing
-        provider lends to another tree (no lenders to compare), but for the
-        trees the memo knows give nothing, which are passed over: a query
-        that few trees meet (``member_of``, rare traits) then costs a
-        dictionary lookup per other tree, not a search or a generator."""
         remembering = self._remembering
+        sharing = self.snapshot.roots_with_sharing() if self.lending else ()
         for root in roots:
+            if sharing and root in sharing:
+                yield self.candidates_at(root)
+                continue
             per_key = memo.entries.get(root)
             if per_key is not None:
                 kept = per_key.get(key)
-                if kept is not None and not kept[0][0]:
-                    found = kept[0][1]
-                    if found:
-                        yield found
+                if kept is not None:
+                    if kept[0]:
+                        yield kept[0]
                     continue
-            yield remembering(memo, key, root, ())
+            yield remembering(memo, key, root)
 
-    def _remembering(self, memo: TreeMemo, key: str, root: int,
-                     lenders: tuple[Provider, ...]) -> Iterator[AllocationRequest]:
+    def _remembering(self, memo: TreeMemo, key: str, root: int) -> Iterator[AllocationRequest]:
         kept: list[AllocationRequest] | None = []
         shared_only = self.shared_only
         for areq in self.candidates_at(root):
@@ -703,7 +686,7 @@ class _Plan:
         if kept is not None and self.shared_only == shared_only:
             for areq in kept:
                 areq.shaped = False
-            memo.put(root, key, (lenders, tuple(kept)), len(kept) + 1)
+            memo.put(root, key, tuple(kept), len(kept) + 1)
 
     def _lone(self, root: int) -> tuple[AllocationRequest, ...]:
         """The candidates of a tree of one provider that borrows nothing

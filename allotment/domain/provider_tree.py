@@ -128,8 +128,9 @@ class Provider:
 
 
 class TreeMemo:
-    """Results computed from one tree alone, kept with a snapshot that is
-    kept across requests, and dropped with the tree when it changes
+    """Results computed from one tree and the sharing providers lending to
+    it, kept with a snapshot that is kept across requests, and dropped when
+    the tree or one of those providers changes
     (:meth:`ProviderSnapshot.changed`): root id -> key -> value.
 
     Bounded by the sum of the sizes given to :meth:`put`: at ``limit``, it
@@ -318,10 +319,16 @@ class ProviderSnapshot:
 
         if all(reach(old) == reach(by_id.get(pid)) for pid, old in before.items()):
             # Nothing the sharing indexes are made of changed.
+            if self.tree_memo is not None:
+                # What was kept of a tree depends on the sharing providers
+                # lending to it too.
+                dropped = set(touched)
+                for pid, old in before.items():
+                    if old is not None and old.is_sharing:
+                        dropped.update(self.sharing_anchors(pid))
+                new.tree_memo = self.tree_memo.without(dropped)
             new._agg_roots, new._anchor_cache = self._agg_roots, dict(self._anchor_cache)
             new._sharing_by_root, new._sharing_roots = self._sharing_by_root, self._sharing_roots
-            if self.tree_memo is not None:
-                new.tree_memo = self.tree_memo.without(touched)
         elif self.tree_memo is not None:
             # Which trees borrow from which may have changed: nothing kept.
             new.tree_memo = TreeMemo(self.tree_memo.limit)

@@ -116,6 +116,9 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
     elif kind == "allocate":
         conn.execute(alloc.insert().values(resource_provider_id=pid, resource_class_id=vcpu,
                                            consumer_id=new_uuid(), used=amount))
+    elif kind == "allocate_disk":  # a sharing provider's disk, lent to other trees
+        conn.execute(alloc.insert().values(resource_provider_id=pid, resource_class_id=cloud.classes["DISK_GB"],
+                                           consumer_id=new_uuid(), used=5 * amount))
     elif kind == "free":
         conn.execute(alloc.delete().where(alloc.c.resource_provider_id == pid))
     elif kind == "trait":
@@ -190,7 +193,7 @@ def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
         "project_id": "p", "user_id": "u", "consumer_generation": None})
 
 
-RAW_KINDS = ("total", "allocate", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
+RAW_KINDS = ("total", "allocate", "allocate_disk", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
              "generation", "delete_provider", "rename_class", "share")
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
@@ -210,10 +213,45 @@ def _answer(api: ApiClient, query: str, version: str) -> tuple[int, object]:
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=STEPS)
 def test_reused_answers_match_fresh_reads(apps, steps):
+    _reads_match_after_writes(apps, steps, lender=False)
+
+
+#: Queries that ask for disk, and writes that change who lends it.
+DISK_QUERIES = tuple(i for i, query in enumerate(QUERIES) if "DISK_GB" in query)
+LENDER_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("read"), st.sampled_from(DISK_QUERIES), st.sampled_from(VERSIONS)),
+    st.tuples(st.sampled_from(("allocate_disk", "free", "disk", "share", "aggregate", "total")),
+              st.integers(0, 20), st.integers(1, 8)),
+), min_size=1, max_size=25)
+
+
+@settings(max_examples=max(EXAMPLES, 100), deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=LENDER_STEPS)
+def test_reused_answers_match_fresh_reads_where_a_provider_lends_disk(apps, steps):
+    _reads_match_after_writes(apps, steps, lender=True)
+
+
+def _lend_disk(cloud: Cloud, conn) -> None:
+    """The first provider becomes a sharing provider of 20 GB of disk (and
+    nothing else) in the aggregate of every provider."""
+    for kind in ("share", "disk"):
+        _write_raw(cloud, conn, kind, 0, 2)
+    inv = tables.inventories
+    conn.execute(inv.delete().where(inv.c.resource_provider_id == cloud.providers[0],
+                                    inv.c.resource_class_id != cloud.classes["DISK_GB"]))
+    for pick in range(len(cloud.providers)):
+        _write_raw(cloud, conn, "aggregate", pick, 0)
+
+
+def _reads_match_after_writes(apps, steps, *, lender: bool) -> None:
+    """``lender``: the first provider starts as a sharing provider of disk
+    in the aggregate of every host, which the other writes may change."""
     cached, fresh, other, outside, mirrored = apps
     _empty_tables(outside)
     with outside.begin() as conn:
         cloud = Cloud(conn)
+        if lender:
+            _lend_disk(cloud, conn)
     reader, checker, writer = ApiClient(cached), ApiClient(fresh), ApiClient(other)
     mirror_reader = ApiClient(mirrored)
     for step in steps:
@@ -364,3 +402,20 @@ def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
             newer, _ = changes.read_number(new)
             assert newer != number and mirror.snapshot(new, newer) is not None
         assert mirror.snapshot(old, number) is None
+
+
+def test_a_lender_filling_up_takes_its_disk_out_of_kept_candidates(apps):
+    _, fresh, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        _lend_disk(cloud, conn)
+    query = "/allocation_candidates?resources=VCPU:1,DISK_GB:10"
+    api, checker = ApiClient(mirrored), ApiClient(fresh)
+    for _ in range(2):  # the second from what the mirror kept
+        assert api.get(query).json == checker.get(query).json
+    assert len(api.get(query).json["allocation_requests"]) == 2  # each host with the lent disk
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "allocate_disk", 0, 3)  # 15 GB used: 10 no longer fit
+    assert api.get(query).json == checker.get(query).json
+    assert api.get(query).json["allocation_requests"] == []

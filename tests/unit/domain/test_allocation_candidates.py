@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from allotment.domain import allocation_candidates as ac
 from allotment.domain import request_groups as rg
 from allotment.domain.provider_tree import (
-    SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot)
+    SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot, TreeMemo)
 
 
 # ---------------------------------------------------------------------------
@@ -1722,3 +1722,45 @@ class TestCollectorPause:
                 time.sleep(0.01)
             assert collected == [1]
         assert gc.isenabled()
+
+
+# ---------------------------------------------------------------------------
+# Candidates kept across requests (the provider mirror's snapshot)
+# ---------------------------------------------------------------------------
+
+def _kept(snapshot: ProviderSnapshot) -> ProviderSnapshot:
+    snapshot.tree_memo = TreeMemo(1000)
+    snapshot.per_provider = {}
+    return snapshot
+
+
+def test_kept_candidates_follow_the_sharing_provider_that_lends_to_them():
+    cloud = Trees()
+    for host in ("h1", "h2"):
+        cloud.add(host, aggs=(AGG_A,), inv={"VCPU": 8})
+    cloud.add("nfs", aggs=(AGG_A,), traits=(SHARING_TRAIT,), inv={"DISK_GB": 100})
+    cloud.add("h3", inv={"VCPU": 8})  # lent nothing
+    before = _kept(cloud.snapshot())
+    query = "resources=VCPU:1,DISK_GB:50"
+    assert len(solve(before, query).allocation_requests) == 2
+    assert len(solve(before, query).allocation_requests) == 2  # kept, given again
+    cloud.use("nfs", "DISK_GB", 60)
+    nfs = next(prov for prov in cloud.snapshot() if prov.name == "nfs")
+    after = before.changed([nfs], {nfs.id})
+    assert solve(after, query).allocation_requests == []
+    assert len(solve(before, query).allocation_requests) == 2  # the older snapshot keeps its own
+
+
+def test_kept_candidates_pass_over_trees_that_give_nothing_until_they_change():
+    cloud = Trees()
+    for host in ("h1", "h2", "h3"):
+        cloud.add(host, inv={"VCPU": 8})
+    cloud.traits("h2", "CUSTOM_GOLD")
+    snapshot = _kept(cloud.snapshot())
+    query = "resources=VCPU:1&required=CUSTOM_GOLD"
+    assert [a for a, _ in named(snapshot, solve(snapshot, query))] == [{"h2": {"VCPU": 1}}]
+    assert [a for a, _ in named(snapshot, solve(snapshot, query))] == [{"h2": {"VCPU": 1}}]
+    cloud.traits("h3", "CUSTOM_GOLD")
+    h3 = next(prov for prov in cloud.snapshot() if prov.name == "h3")
+    after = snapshot.changed([h3], {h3.id})
+    assert [a for a, _ in named(after, solve(after, query))] == [{"h2": {"VCPU": 1}}, {"h3": {"VCPU": 1}}]
