@@ -62,10 +62,15 @@ from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
 
 #: Candidates of one tree kept for later requests at most (more are
-#: computed again), and candidates (plus one per tree and request) kept in
-#: all by one snapshot's memo.
+#: computed again).
 MEMO_PER_TREE = 16
-MEMO_LIMIT = 20_000
+#: What one snapshot's memo keeps at most, in units of about 250 bytes: a
+#: kept candidate (with its encoded JSON, about 1 KB) counts
+#: MEMO_CANDIDATE_UNITS, each tree's entry for a request (about 60-300
+#: bytes, kept for a tree that gives nothing too) one: 20,000 candidates,
+#: or the entries of eight queries that 10,000 trees meet none of.
+MEMO_CANDIDATE_UNITS = 4
+MEMO_LIMIT = 80_000
 
 DEPTH_FIRST = "depth-first"
 BREADTH_FIRST = "breadth-first"
@@ -686,7 +691,7 @@ class _Plan:
         if kept is not None and self.shared_only == shared_only:
             for areq in kept:
                 areq.shaped = False
-            memo.put(root, key, tuple(kept), len(kept) + 1)
+            memo.put(root, key, tuple(kept), MEMO_CANDIDATE_UNITS * len(kept) + 1)
 
     def _lone(self, root: int) -> tuple[AllocationRequest, ...]:
         """The candidates of a tree of one provider that borrows nothing
