@@ -212,9 +212,13 @@ def _found(req: Request, conn, request: AllocationCandidatesRequest,
 
 
 def _shaped(req: Request, request: AllocationCandidatesRequest, found: solver.AllocationCandidates) -> dict:
+    if found.summary_trees is not None:
+        summaries = _tree_summaries(req, request, found.summary_trees)
+    else:
+        summaries = _provider_summaries(req, request, found.provider_summaries)
     return {
         "allocation_requests": _allocation_requests(req, found.allocation_requests),
-        "provider_summaries": _provider_summaries(req, request, found.provider_summaries),
+        "provider_summaries": summaries,
     }
 
 
@@ -330,6 +334,22 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
         if shaped is not None:  # kept with the snapshot, another form
             summary.shaped = (form, known[3])
         result[provider.uuid] = known[3]
+    return result
+
+
+def _tree_summaries(req: Request, request: AllocationCandidatesRequest,
+                    trees: Sequence[solver.TreeSummaries]) -> dict[str, orjson.Fragment]:
+    """:func:`_provider_summaries` of whole trees kept with the solver's
+    snapshot: each tree keeps its encoded summaries for the last form asked
+    in its ``shaped`` slot, given again for the same form."""
+    form = (req.version >= (1, 17), req.version >= (1, 29),
+            None if req.version >= (1, 27) else frozenset(request.resource_class_names()))
+    result: dict[str, orjson.Fragment] = {}
+    for tree in trees:
+        shaped = tree.shaped
+        if shaped is None or shaped[0] != form:
+            shaped = tree.shaped = (form, _provider_summaries(req, request, tree.summaries))
+        result.update(shaped[1])
     return result
 
 

@@ -138,12 +138,27 @@ class ProviderSummary:
 
 
 @dataclasses.dataclass(slots=True)
+class TreeSummaries:
+    """The summaries of every provider of one tree, in tree order, kept
+    with a snapshot across requests (:attr:`ProviderSnapshot.per_provider`)
+    while the tree does not change."""
+
+    summaries: tuple[ProviderSummary, ...]
+    #: None until the API layer keeps their encoded form here: (form,
+    #: {uuid: JSON}).
+    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass(slots=True)
 class AllocationCandidates:
     allocation_requests: list[AllocationRequest]
     provider_summaries: list[ProviderSummary]
     #: Candidates generated before ``limit`` or sampling picked the answer
     #: (equal to ``max_candidates`` when that cap cut generation short).
     generated: int = 0
+    #: The same summaries tree by tree, when the snapshot keeps them (from
+    #: 1.29, where whole trees are listed); None otherwise.
+    summary_trees: list[TreeSummaries] | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -187,10 +202,17 @@ def find_allocation_candidates(
         else:
             chosen = list(itertools.islice(stream, limit) if limit
                           else stream)
+    trees = None
+    if request.nested_aware and snapshot.per_provider is not None:
+        trees = summarize_trees(chosen, snapshot)
+        summaries = list(itertools.chain.from_iterable(tree.summaries for tree in trees))
+    else:
+        summaries = summarize(chosen, snapshot, request.nested_aware)
     return AllocationCandidates(
         allocation_requests=chosen,
-        provider_summaries=summarize(chosen, snapshot, request.nested_aware),
-        generated=next(counter))
+        provider_summaries=summaries,
+        generated=next(counter),
+        summary_trees=trees)
 
 
 def iter_allocation_requests(
@@ -235,12 +257,11 @@ def summarize(allocation_requests: Sequence[AllocationRequest],
     (resourceless mappings alone do not pull a tree in); before, only the
     providers holding allocated resources.
     """
-    used = {pid for areq in allocation_requests for pid in areq.provider_ids}
     if nested_aware:
-        roots = {snapshot.get(pid).root_id for pid in used}
-        pids = [pid for root in snapshot.in_root_order(roots)
+        pids = [pid for root in _used_roots(allocation_requests, snapshot)
                 for pid in snapshot.tree(root)]
     else:
+        used = {pid for areq in allocation_requests for pid in areq.provider_ids}
         pids = [prov.id for prov in snapshot if prov.id in used]
     kept = snapshot.per_provider
     if kept is None:
@@ -253,6 +274,37 @@ def summarize(allocation_requests: Sequence[AllocationRequest],
             summary.shaped = False
         result.append(summary)
     return result
+
+
+def summarize_trees(allocation_requests: Sequence[AllocationRequest],
+                    snapshot: ProviderSnapshot) -> list[TreeSummaries]:
+    """:func:`summarize` from 1.29, tree by tree, each tree's summaries kept
+    with a snapshot that keeps them (``per_provider``, by root id and
+    tree)."""
+    kept = snapshot.per_provider
+    assert kept is not None
+    result = []
+    for root in _used_roots(allocation_requests, snapshot):
+        tree = kept.get((root,))
+        if tree is None:
+            tree = kept[(root,)] = TreeSummaries(tuple(
+                _summary(snapshot.get(pid), snapshot) for pid in snapshot.tree(root)))
+            for summary in tree.summaries:
+                summary.shaped = False
+        result.append(tree)
+    return result
+
+
+def _used_roots(allocation_requests: Sequence[AllocationRequest],
+                snapshot: ProviderSnapshot) -> list[int]:
+    """Roots of the trees holding an allocated resource, in snapshot
+    order.  When no sharing provider lends outside its tree, a candidate's
+    providers are all in its anchor's tree."""
+    if snapshot.sharing_providers_by_anchor():
+        roots = {snapshot.get(pid).root_id for areq in allocation_requests for pid in areq.provider_ids}
+    else:
+        roots = {areq.anchor_root_id for areq in allocation_requests if areq.provider_ids}
+    return snapshot.in_root_order(roots)
 
 
 def _summary(prov: Provider, snapshot: ProviderSnapshot) -> ProviderSummary:

@@ -209,9 +209,11 @@ class ProviderSnapshot:
         #: across requests (None: nothing is kept).
         self.tree_memo: TreeMemo | None = None
         #: provider id -> what was derived from that provider and its tree
-        #: alone (the solver's summary of it), for a snapshot kept across
-        #: requests (None: nothing is kept); dropped with the tree.
-        self.per_provider: dict[int, object] | None = None
+        #: alone (the solver's summary of it), and (root id,) -> what was
+        #: derived from the whole tree (the summaries of its providers), for
+        #: a snapshot kept across requests (None: nothing is kept); dropped
+        #: with the tree.
+        self.per_provider: dict[int | tuple[int], object] | None = None
         self.add(providers)
 
     def add(self, providers: Iterable[Provider]) -> None:
@@ -310,6 +312,8 @@ class ProviderSnapshot:
             new.per_provider = dict(self.per_provider)
             for pid in members:
                 new.per_provider.pop(pid, None)
+            for root in touched:
+                new.per_provider.pop((root,), None)
 
         def reach(prov: Provider | None) -> tuple | None:
             """What the sharing indexes know of a provider."""

@@ -92,9 +92,11 @@ def test_the_tree_memo_forgets_changed_trees_and_stays_bounded():
     for host in hosts:
         snapshot.tree_memo.put(host.id, "q", ("candidate",), 2)
         snapshot.per_provider[host.id] = f"summary of {host.id}"
+        snapshot.per_provider[(host.id,)] = f"summaries of tree {host.id}"
     changed = snapshot.changed([Provider(id=2, uuid="h2", generation=1)], {2})
-    assert changed.per_provider == {1: "summary of 1", 3: "summary of 3"}
-    assert len(snapshot.per_provider) == 3
+    assert changed.per_provider == {1: "summary of 1", 3: "summary of 3",
+                                    (1,): "summaries of tree 1", (3,): "summaries of tree 3"}
+    assert len(snapshot.per_provider) == 6
     assert [changed.tree_memo.get(root, "q") for root in (1, 2, 3)] == [("candidate",), None, ("candidate",)]
     assert snapshot.tree_memo.get(2, "q") == ("candidate",)  # the older snapshot keeps its own
     assert changed.tree_memo.held == [4]
