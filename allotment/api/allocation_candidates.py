@@ -144,7 +144,7 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
     reported when Placement's search ends, with an empty answer, before it
     looks at that name (see :func:`_ends_before`).
     """
-    names = db.resolve_names(conn, request, check=False)
+    names = _names(req, conn, request, number)
     problem = db.first_unknown(request, names.class_ids, names.trait_ids)
     if problem is not None:
         index, error = problem
@@ -158,6 +158,28 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
     else:
         candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
     return names, _solve(req, request, candidates)
+
+
+#: Names kept at most for one change number.
+MAX_NAMES_AT = 1024
+
+
+def _names(req: Request, conn, request: AllocationCandidatesRequest, number: int | None) -> db.Names:
+    """The ids of the request's names (not checked), kept for the next
+    requests while the change number read in ``conn``'s transaction stays
+    ``number``: every table they come from is one the number follows."""
+    if number is None:
+        return db.resolve_names(conn, request, check=False)
+    kept_number, kept = req.app.names_at
+    if kept_number != number or len(kept) >= MAX_NAMES_AT:
+        kept = {}
+        req.app.names_at = (number, kept)
+    key = (tuple(request.resource_class_names()), frozenset(request.trait_names()),
+           frozenset(request.aggregate_uuids()), frozenset(request.in_tree_uuids()))
+    names = kept.get(key)
+    if names is None:
+        names = kept[key] = db.resolve_names(conn, request, check=False)
+    return names
 
 
 def _reported(error: BadRequest) -> Exception:

@@ -120,6 +120,9 @@ class Application:
             from allotment.api.answer_cache import AnswerCache
 
             self.candidates_cache = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
+        #: (change number, {names asked: Names}): the ids of the names of
+        #: recent candidate requests, read at that number.
+        self.names_at: tuple = (None, {})
         #: Every provider, kept current (GET /allocation_candidates).
         self.provider_mirror = None
         if conf.allotment.provider_mirror and database.backend in changes.NOTING_BACKENDS:

@@ -419,3 +419,19 @@ def test_a_lender_filling_up_takes_its_disk_out_of_kept_candidates(apps):
         _write_raw(cloud, conn, "allocate_disk", 0, 3)  # 15 GB used: 10 no longer fit
     assert api.get(query).json == checker.get(query).json
     assert api.get(query).json["allocation_requests"] == []
+
+
+def test_the_names_of_a_request_are_read_again_once_the_number_moves(apps):
+    _, _, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        Cloud(conn)
+    api = ApiClient(mirrored)
+    query = "/allocation_candidates?resources=VCPU:1&required=CUSTOM_NEWLY_MADE"
+    for _ in range(2):  # the second with the names kept at this number
+        response = api.get(query)
+        assert response.status == 400 and "CUSTOM_NEWLY_MADE" in response.error()["detail"]
+    with outside.begin() as conn:
+        conn.execute(tables.traits.insert().values(name="CUSTOM_NEWLY_MADE"))
+    response = api.get(query)
+    assert response.status == 200 and response.json["allocation_requests"] == []
