@@ -65,6 +65,8 @@ LOG = logging.getLogger(__name__)
 
 #: Above this many providers no mirror is kept.
 MAX_PROVIDERS = 200_000
+#: Providers whose other rows are read together (see ``_providers``).
+WINDOW = 1024
 #: The statements that read providers, each as (every provider's rows, the
 #: rows of the providers in the list ``ids``).
 _IDS = sa.bindparam("ids", expanding=True)
@@ -197,13 +199,29 @@ class ProviderMirror:
 
     def _providers(self, conn: Connection, ids: list[int] | None) -> list[Provider] | None:
         """The providers (every one, or those of ``ids`` that exist), built;
-        None when there are more than :data:`MAX_PROVIDERS`."""
-        which = 0 if ids is None else 1
-        params = {} if ids is None else {"ids": ids}
-        rows = raw_rows.rows(conn, _PROVIDERS[which], params)
+        None when there are more than :data:`MAX_PROVIDERS`.
+
+        Past :data:`WINDOW` providers their inventories, usage, traits and
+        aggregates are read :data:`WINDOW` providers at a time (all in the
+        caller's transaction), so that the rows of one window, not of the
+        whole cloud, are held while its providers are built: the first
+        read of a large cloud peaks at about half the memory."""
+        rows = raw_rows.rows(conn, _PROVIDERS[0 if ids is None else 1], {} if ids is None else {"ids": ids})
         if ids is None and len(rows) > MAX_PROVIDERS:
             return None
         class_names = dict(raw_rows.rows(conn, _CLASSES, {}))
+        if ids is None and len(rows) <= WINDOW:
+            return self._built(conn, rows, 0, {}, class_names)
+        rows.sort()
+        built: list[Provider] = []
+        for start in range(0, len(rows), WINDOW):
+            window = rows[start:start + WINDOW]
+            built += self._built(conn, window, 1, {"ids": [row[0] for row in window]}, class_names)
+        return built
+
+    def _built(self, conn: Connection, rows: list, which: int, params: dict, class_names: dict) -> list[Provider]:
+        """The providers of ``rows`` (id, uuid, parent, root, generation),
+        their other rows read by statement ``which`` with ``params``."""
         records: dict[int, list] = {}
         for row in raw_rows.rows(conn, _RECORDS[which], params):
             records.setdefault(row[0], []).append(row[1:])

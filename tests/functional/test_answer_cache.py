@@ -435,3 +435,38 @@ def test_the_names_of_a_request_are_read_again_once_the_number_moves(apps):
         conn.execute(tables.traits.insert().values(name="CUSTOM_NEWLY_MADE"))
     response = api.get(query)
     assert response.status == 200 and response.json["allocation_requests"] == []
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
+    """Windows of two providers: the same providers as in one read, and
+    the same answers as a fresh read, through full and partial reads."""
+    _, fresh, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        for step in range(6):
+            _write_raw(cloud, conn, "provider", step, step + 1)
+            _write_raw(cloud, conn, "trait", step, 1)
+            _write_raw(cloud, conn, "allocate", step, 1)
+    mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
+    with mirrored.db.read() as conn:
+        whole = mirror._providers(conn, None)
+        monkeypatch.setattr("allotment.db.provider_mirror.WINDOW", 2)
+        windows = mirror._providers(conn, None)
+    assert len(whole) > 6 and sorted(whole, key=lambda p: p.id) == sorted(windows, key=lambda p: p.id)
+
+    def same() -> None:
+        for query in QUERIES[:5]:
+            assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "rename_class", 0, 1)  # the next read is a full one
+    full, partial = mirror.full_reads, mirror.partial_reads
+    same()
+    assert mirror.full_reads == full + 1
+    with outside.begin() as conn:
+        for pick in range(3):  # three providers changed: two windows
+            _write_raw(cloud, conn, "allocate", pick, 2)
+    same()
+    assert mirror.partial_reads == partial + 1
