@@ -10,6 +10,7 @@ each worker then opens its own database connections after the fork.
 from __future__ import annotations
 
 import ctypes
+import gc
 import glob
 import os
 import shutil
@@ -147,6 +148,12 @@ def _post_fork(server, worker):
     server.app._app.db.dispose()
     # Before the worker's threads start.
     _limit_malloc_arenas()
+    # What the master made (modules, the application, about 100,000
+    # objects) lives as long as the worker: out of the collector's sight,
+    # a full collection walks only what the worker made since.  Measured
+    # in process (small sharing cloud, 3,000 candidate requests): one
+    # full collection of 54 ms without, none with.
+    gc.freeze()
 
 
 def prepare_metrics(conf) -> str | None:
