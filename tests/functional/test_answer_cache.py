@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allotment.api.app import Application
-from allotment.db import changes, tables
+from allotment.db import changes, provider_mirror, raw_rows, tables
 from allotment.service import database_from_config
 from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid
 
@@ -450,11 +450,23 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
             _write_raw(cloud, conn, "trait", step, 1)
             _write_raw(cloud, conn, "allocate", step, 1)
     mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
+    record_reads = []  # the ids each read of inventory records by id was given
+    real_rows = raw_rows.rows
+
+    def counted_rows(conn, statement, params):
+        if statement is provider_mirror._RECORDS[1]:
+            record_reads.append(list(params["ids"]))
+        return real_rows(conn, statement, params)
+
+    monkeypatch.setattr(raw_rows, "rows", counted_rows)
     with mirrored.db.read() as conn:
         whole = mirror._providers(conn, None)
-        monkeypatch.setattr("allotment.db.provider_mirror.WINDOW", 2)
+        assert record_reads == []  # a cloud within one window: the whole tables at once
+        monkeypatch.setattr(provider_mirror, "WINDOW", 2)
         windows = mirror._providers(conn, None)
     assert len(whole) > 6 and sorted(whole, key=lambda p: p.id) == sorted(windows, key=lambda p: p.id)
+    assert len(record_reads) == (len(whole) + 1) // 2 and all(len(ids) <= 2 for ids in record_reads)
+    assert sorted(pid for ids in record_reads for pid in ids) == sorted(p.id for p in whole)
 
     def same() -> None:
         for query in QUERIES[:5]:
