@@ -71,3 +71,35 @@ def test_only_requests_with_an_unsuffixed_group_qualify():
     path = "/allocation_candidates?resources1=IPV4_ADDRESS:1&resources_NET=SRIOV_NET_VF:1&group_policy=none"
     ours = _answer([_candidate(SHARED, TREE_A), _candidate(SHARED, TREE_B)], [SHARED, TREE_A, TREE_B])
     assert not runner.reference_dropped_sharing_anchors(_get(path), _answer([], []), ours)
+
+
+# Before 1.34 a candidate has no mappings: which providers serve the
+# unsuffixed group is worked out from the amounts (seen with seed 700: the
+# unsuffixed VCPU:8 on a sharing provider, the suffixed VCPU:1 in a tree).
+BARE_PATH = "/allocation_candidates?resources=VCPU:8&resources1=VCPU:1"
+
+
+def _bare(allocations):
+    return {"allocations": {uuid: {"resources": held} for uuid, held in allocations.items()}}
+
+
+def test_without_mappings_a_sharing_only_unsuffixed_group_is_found_from_the_amounts():
+    both_on_shared = _bare({SHARED: {"VCPU": 9}})
+    split = _bare({SHARED: {"VCPU": 8}, TREE_A: {"VCPU": 1}})
+    ours = _answer([split, both_on_shared], [SHARED, TREE_A])
+    ref = _answer([both_on_shared], [SHARED])
+    assert runner.diverges(_get(BARE_PATH), ref, ours)
+    assert runner.reference_dropped_sharing_anchors(_get(BARE_PATH), ref, ours)
+
+
+def test_without_mappings_an_unsuffixed_group_off_the_sharing_provider_still_diverges():
+    both_on_shared = _bare({SHARED: {"VCPU": 9}})
+    # VCPU:8 can only be the unsuffixed group, and it is on a plain provider
+    plain = _bare({PLAIN: {"VCPU": 8}, SHARED: {"VCPU": 1}})
+    ours = _answer([plain, both_on_shared], [SHARED, PLAIN])
+    ref = _answer([both_on_shared], [SHARED])
+    assert not runner.reference_dropped_sharing_anchors(_get(BARE_PATH), ref, ours)
+    # amounts that no placement of the groups explains are not set apart either
+    odd = _bare({SHARED: {"VCPU": 7}, TREE_A: {"VCPU": 2}})
+    ours = _answer([odd, both_on_shared], [SHARED, TREE_A])
+    assert not runner.reference_dropped_sharing_anchors(_get(BARE_PATH), ref, ours)

@@ -345,15 +345,27 @@ def reference_crashed(ref: dict, ours: dict) -> bool:
     return ref["status"] >= 500 and ours["status"] < 500
 
 
+def _groups(path: str) -> dict[str, dict[str, int]]:
+    """The request groups of a GET /allocation_candidates: suffix -> {class: amount}
+    ("" is the unsuffixed group)."""
+    groups: dict[str, dict[str, int]] = {}
+    for key, value in parse_qsl(urlsplit(path).query):
+        match = re.fullmatch(r"resources([A-Za-z0-9_-]*)", key)
+        if match:
+            group = groups.setdefault(match.group(1), {})
+            for part in value.split(","):
+                name, _, amount = part.partition(":")
+                if name and amount.isdigit():
+                    group[name] = group.get(name, 0) + int(amount)
+    return groups
+
+
 def _requested_totals(path: str) -> dict[str, int]:
     """Units of each class a GET /allocation_candidates asks for, over all groups."""
     totals: dict[str, int] = {}
-    for key, value in parse_qsl(urlsplit(path).query):
-        if re.fullmatch(r"resources[A-Za-z0-9_-]*", key):
-            for part in value.split(","):
-                name, _, amount = part.partition(":")
-                if amount.isdigit():
-                    totals[name] = totals.get(name, 0) + int(amount)
+    for group in _groups(path).values():
+        for name, amount in group.items():
+            totals[name] = totals.get(name, 0) + amount
     return totals
 
 
@@ -390,26 +402,47 @@ def _candidate_key(candidate) -> str:
     return json.dumps(_sorted(candidate), sort_keys=True)
 
 
-def _unsuffixed_classes(path: str) -> set[str]:
-    """The classes the unsuffixed group (``resources=``) asks for."""
-    classes: set[str] = set()
-    for key, value in parse_qsl(urlsplit(path).query):
-        if key == "resources":
-            classes |= {part.partition(":")[0] for part in value.split(",") if part}
-    return classes
+def _unsuffixed_on_sharing_only(candidate: dict, groups: dict[str, dict[str, int]], sharing: set[str]) -> bool:
+    """Whether the unsuffixed group of one candidate is served by sharing
+    providers alone.
 
-
-def _unsuffixed_providers(candidate: dict, classes: set[str]) -> set[str] | None:
-    """The providers serving the unsuffixed group in one candidate: its
-    ``mappings`` entry when there is one (1.34 on), else every provider that
-    holds one of the group's classes (a superset: never fewer)."""
+    From 1.34 the candidate says so itself (its ``mappings``).  Before, only
+    the summed allocations are there: the suffixed groups (each on one
+    provider) are placed on the providers every way they fit, and the answer
+    is yes when one placement leaves exactly the unsuffixed group's amounts,
+    all of them on sharing providers.  Before 1.12 (a list) it is never yes.
+    """
     mappings = candidate.get("mappings")
     if isinstance(mappings, dict) and "" in mappings:
-        return set(mappings[""])
+        return bool(mappings[""]) and set(mappings[""]) <= sharing
     allocations = candidate.get("allocations")
-    if not isinstance(allocations, dict):  # before 1.12: a list, no traits to look at either
-        return None
-    return {uuid for uuid, a in allocations.items() if set(a.get("resources", {})) & classes}
+    if not isinstance(allocations, dict):
+        return False
+    left = {uuid: dict(a.get("resources", {})) for uuid, a in allocations.items()}
+    suffixed = [group for suffix, group in sorted(groups.items()) if suffix]
+
+    def place(index: int) -> bool:
+        if index == len(suffixed):
+            rest = {uuid: {name: n for name, n in held.items() if n} for uuid, held in left.items()}
+            rest = {uuid: held for uuid, held in rest.items() if held}
+            summed: dict[str, int] = {}
+            for held in rest.values():
+                for name, n in held.items():
+                    summed[name] = summed.get(name, 0) + n
+            return bool(rest) and summed == groups.get("", {}) and set(rest) <= sharing
+        group = suffixed[index]
+        for held in left.values():
+            if all(held.get(name, 0) >= n for name, n in group.items()):
+                for name, n in group.items():
+                    held[name] -= n
+                found = place(index + 1)
+                for name, n in group.items():
+                    held[name] += n
+                if found:
+                    return True
+        return False
+
+    return place(0)
 
 
 def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair: Pair | None = None) -> bool:
@@ -430,8 +463,8 @@ def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair
         return False
     if ref["status"] != 200 or ours["status"] != 200:
         return False
-    classes = _unsuffixed_classes(request["path"])
-    if not classes:
+    groups = _groups(request["path"])
+    if not groups.get(""):
         return False
     a, b = normalise(request, ref), normalise(request, ours)
     if a["headers"] != b["headers"]:
@@ -456,17 +489,10 @@ def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair
     for uuid, summary in (theirs.get("provider_summaries") or {}).items():
         if _sorted(summaries.get(uuid)) != _sorted(summary):
             return False
-    for key, candidate in our_candidates.items():
-        if key in ref_keys:
-            continue
-        providers = _unsuffixed_providers(candidate, classes)
-        if not providers:
-            return False
-        for uuid in providers:
-            traits = (summaries.get(uuid) or {}).get("traits")
-            if not isinstance(traits, list) or SHARING_TRAIT not in traits:
-                return False
-    return True
+    sharing = {uuid for uuid, summary in summaries.items()
+               if isinstance((summary or {}).get("traits"), list) and SHARING_TRAIT in summary["traits"]}
+    return all(_unsuffixed_on_sharing_only(candidate, groups, sharing)
+               for key, candidate in our_candidates.items() if key not in ref_keys)
 
 
 def diverges(request: dict, ref: dict, ours: dict, pair: Pair | None = None) -> str | None:
