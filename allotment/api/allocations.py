@@ -243,8 +243,14 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     word its errors as Placement does."""
     owner = _incomplete_owner(req)
 
+    contended: list[int] = []  # the providers of a lost swap: a re-run locks them first
+
     def work(conn):
-        return db.write_allocations(conn, requests, incomplete_owner=owner)
+        try:
+            return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
+        except db.ProviderConflict as conflict:
+            contended[:] = conflict.provider_ids
+            raise
 
     try:
         req.app.db.run_write(work, retry_on=db.RETRY_ON,

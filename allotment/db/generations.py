@@ -17,6 +17,13 @@ same code is correct on every backend without SELECT ... FOR UPDATE.
 
 Callers touching several providers bump them in id order, so two
 transactions never wait on each other in opposite orders.
+
+Under contention that optimism costs: when many writers claim against one
+provider at once, each swap waits for the writer before it and then finds
+the generation moved, and every loser re-runs.  A re-run may therefore
+``lock_providers`` first (``SELECT ... FOR UPDATE``, id order): it queues
+behind the current writer instead of racing the next round.  The swap stays
+the guard; the lock only makes it likely to succeed.
 """
 
 from __future__ import annotations
@@ -60,6 +67,23 @@ def bump_provider(conn: Connection, provider_id: int, expected: int, *, uuid: st
 def bump_providers(conn: Connection, expected: Iterable[tuple[int, int]]) -> dict[int, int]:
     """Bump several providers ({id: generation read}); in id order to avoid deadlocks."""
     return {pid: bump_provider(conn, pid, gen) for pid, gen in sorted(set(expected))}
+
+
+_LOCK_PROVIDERS = (sa.select(RP.c.id).where(RP.c.id.in_(sa.bindparam("ids", expanding=True)))
+                   .order_by(RP.c.id).with_for_update())
+
+
+def lock_providers(conn: Connection, provider_ids: Iterable[int]) -> None:
+    """Wait for and hold the row locks of these providers until the transaction ends.
+
+    Meant as the first statement of a transaction: on MySQL/MariaDB the
+    snapshot of later reads is then taken after the wait, so they see what
+    the writers before us committed (on PostgreSQL every statement does).
+    Nothing to do on SQLite, where writers are serialised already.
+    """
+    ids = sorted(set(provider_ids))
+    if ids and conn.dialect.name != "sqlite":
+        conn.execute(_LOCK_PROVIDERS, {"ids": ids}).all()
 
 
 def bump_consumer(conn: Connection, consumer_id: int, expected: int, *, uuid: str | None = None) -> int:

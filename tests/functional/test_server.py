@@ -148,6 +148,18 @@ def running(config: Path, *args: str):
         live.stop()
 
 
+@contextlib.contextmanager
+def running_on_new_database(tmp_path_factory, label: str, *args: str):
+    """``running`` on a fresh database of the selected backend, dropped afterwards."""
+    url, drop = create_database(tmp_path_factory, label)
+    config = write_config(tmp_path_factory.mktemp(label), url)
+    try:
+        with running(config, *args) as live:
+            yield live
+    finally:
+        drop()
+
+
 def get(server: LiveServer, path: str, version: str | None = None, token: str | None = "admin"):
     headers = {}
     if version:
@@ -171,13 +183,8 @@ def wait_for_log(server: LiveServer, needle: str, timeout: float = 10) -> list[s
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    url, drop = create_database(tmp_path_factory, "srv")
-    config = write_config(tmp_path_factory.mktemp("serve"), url)
-    try:
-        with running(config, "--workers", "2", "--threads", "2") as live:
-            yield live
-    finally:
-        drop()
+    with running_on_new_database(tmp_path_factory, "srv", "--workers", "2", "--threads", "2") as live:
+        yield live
 
 
 def test_root_answers_without_a_token(server):
