@@ -37,7 +37,10 @@ T = TypeVar("T")
 # -- JSON schemas (the structure shapes jsonschema's messages: keep it) ----
 
 RC_PATTERN = "^[A-Z0-9_]+$"
-# The largest single-precision float: the column's limit on MySQL.
+# The largest single-precision float: the column's limit on MySQL.  Placement
+# bounds allocation_ratio above by it; Allotment bounds it below too, on every
+# backend, so a record that MySQL cannot store (Placement's 500 there) is
+# refused alike everywhere, and `allotment db copy` never meets one.
 SQL_SP_FLOAT_MAX = 3.40282e+38
 
 
@@ -54,7 +57,7 @@ BASE_INVENTORY_SCHEMA: dict = {
         "min_unit": _bounded_int(1),
         "max_unit": _bounded_int(1),
         "step_size": _bounded_int(1),
-        "allocation_ratio": {"type": "number", "maximum": SQL_SP_FLOAT_MAX},
+        "allocation_ratio": {"type": "number", "maximum": SQL_SP_FLOAT_MAX, "minimum": -SQL_SP_FLOAT_MAX},
     },
     "required": ["total", "resource_provider_generation"],
     "additionalProperties": False,

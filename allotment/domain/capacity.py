@@ -24,6 +24,8 @@ multiples of ``step_size`` that are each ``>= min_unit`` passes them too).
 from __future__ import annotations
 
 import enum
+import math
+from fractions import Fraction
 from typing import Protocol
 
 #: Largest value an inventory's ``max_unit`` can take; also its default.
@@ -51,8 +53,16 @@ class Violation(enum.Enum):
 
 
 def capacity(total: int, reserved: int, allocation_ratio: float) -> int:
-    """Usable units of an inventory: ``int((total - reserved) * ratio)``."""
-    return int((total - reserved) * allocation_ratio)
+    """Usable units of an inventory: ``int((total - reserved) * ratio)``.
+
+    A product beyond what a float holds (a record Placement itself fails on
+    with a 500, e.g. ``allocation_ratio: -1e308`` under a class name it does
+    not know) is computed exactly instead, so it is judged like any other.
+    """
+    units = (total - reserved) * allocation_ratio
+    if math.isfinite(units):
+        return int(units)
+    return int((Fraction(total) - Fraction(reserved)) * Fraction(allocation_ratio))
 
 
 def inventory_capacity(inv: InventoryLimits) -> int:

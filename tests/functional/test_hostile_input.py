@@ -215,3 +215,40 @@ def test_inventory_records_under_unknown_class_names_must_be_records(api, provid
     response = api.put(f"/resource_providers/{provider}/inventories", json={
         "resource_provider_generation": 1, "inventories": {"lower": {"total": 1}}})
     assert_error(response, 400, "Unknown resource class in inventory")
+
+
+# -- allocation ratios no column or float holds -------------------------------
+
+
+@pytest.mark.parametrize("ratio", [-3.5e38, -8.18854572436032e+307])
+def test_allocation_ratio_below_what_mysql_stores_is_a_400(api, provider, ratio):
+    # Placement: 500 on MySQL (single-precision column), or, where the
+    # product with the total is beyond a float, 500 on every backend (found
+    # by the fuzzer on MariaDB).  Bounded below as it is above, everywhere.
+    response = api.post(f"/resource_providers/{provider}/inventories", json={
+        "resource_class": "DISK_GB", "total": MAX_INT, "reserved": MAX_INT - 1, "allocation_ratio": ratio})
+    assert_error(response, 400, f"{ratio!r} is less than the minimum of -3.40282e+38")
+    for path, body in ((f"/resource_providers/{provider}/inventories/VCPU",
+                        {"resource_provider_generation": 1, "total": 8, "allocation_ratio": ratio}),
+                       (f"/resource_providers/{provider}/inventories",
+                        {"resource_provider_generation": 1, "inventories": {"VCPU": {
+                            "total": 8, "allocation_ratio": ratio}}})):
+        assert_error(api.put(path, json=body), 400, "is less than the minimum of -3.40282e+38")
+
+
+def test_allocation_ratio_at_the_lower_bound_is_stored_on_every_backend(api, provider):
+    # A negative ratio leaves capacity only where reserved exceeds total
+    # (Placement's rule, kept): the record is then stored, and read back.
+    response = api.post(f"/resource_providers/{provider}/inventories", json={
+        "resource_class": "DISK_GB", "total": 1, "reserved": 4, "allocation_ratio": -3.4e38})
+    assert response.status == 201, response
+    response = api.get(f"/resource_providers/{provider}/inventories/DISK_GB")
+    assert response.json["allocation_ratio"] == pytest.approx(-3.4e38, rel=1e-6)
+
+
+def test_an_unknown_class_record_whose_capacity_is_beyond_a_float_is_judged_not_crashed_on(api, provider):
+    # Placement: 500 (OverflowError: its capacity, (total - reserved) * ratio,
+    # is -inf as a float).  Its exact value is negative: no capacity.
+    response = api.put(f"/resource_providers/{provider}/inventories", json={
+        "resource_provider_generation": 1, "inventories": {"lower": {"total": 4, "allocation_ratio": -1e308}}})
+    assert_error(response, 400, "Invalid inventory for 'lower'")

@@ -98,3 +98,13 @@ def test_inventory_fast_path_agrees(total, reserved, min_unit, max_unit,
                                used=used)
     assert record.fits(amount) == cap.amount_fits(record, amount, used)
     assert record.combined_limit == cap.combined_limit(record, used)
+
+
+def test_a_capacity_beyond_a_float_is_exact_not_an_overflow():
+    # (4 - 0) * -1e308 is -inf as a float; as a number it is -4e308.
+    assert cap.capacity(4, 0, -1e308) == -4 * int(1e308)
+    assert cap.capacity(0, 4, -1e308) == 4 * int(1e308)
+    assert cap.capacity(1e308, -1e308, 2.0) == 4 * int(1e308)
+    # within a float, the float product as before (truncated toward zero)
+    assert cap.capacity(3, 0, 0.1) == int(3 * 0.1) == 0
+    assert cap.capacity(10, 1, -0.5) == -4
