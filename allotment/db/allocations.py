@@ -54,9 +54,10 @@ allocation_conflict_retry_count`` times, as Placement retries the provider
 conflicts it caused itself.  The re-run first locks the providers whose
 swap was lost (``lock_first``), so under heavy contention on one provider
 writers queue rather than lose round after round (with 16 writers on one
-provider on PostgreSQL, 29 % of claims ran out of re-runs before that).  A consumer the client named a generation for is
-never retried: its generation is stale and the client must re-read
-(``ConsumerConflict``, ``ConsumerGenerationConflict``).
+provider on PostgreSQL, 29 % of claims ran out of re-runs before that).
+A consumer the client named a generation for is never retried: its
+generation is stale and the client must re-read (``ConsumerConflict``,
+``ConsumerGenerationConflict``).
 
 For the reshaper
 ----------------

@@ -24,7 +24,6 @@ multiples of ``step_size`` that are each ``>= min_unit`` passes them too).
 from __future__ import annotations
 
 import enum
-import math
 from fractions import Fraction
 from typing import Protocol
 
@@ -59,10 +58,10 @@ def capacity(total: int, reserved: int, allocation_ratio: float) -> int:
     with a 500, e.g. ``allocation_ratio: -1e308`` under a class name it does
     not know) is computed exactly instead, so it is judged like any other.
     """
-    units = (total - reserved) * allocation_ratio
-    if math.isfinite(units):
-        return int(units)
-    return int((Fraction(total) - Fraction(reserved)) * Fraction(allocation_ratio))
+    try:
+        return int((total - reserved) * allocation_ratio)
+    except (OverflowError, ValueError):  # an infinite (or, of infinities, undefined) float
+        return int((Fraction(total) - Fraction(reserved)) * Fraction(allocation_ratio))
 
 
 def inventory_capacity(inv: InventoryLimits) -> int:
