@@ -40,7 +40,11 @@ database_opts = [
     cfg.StrOpt("slave_connection", secret=True,
                help="Accepted for compatibility; reads always use the main connection."),
     cfg.StrOpt("mysql_sql_mode", default="TRADITIONAL", help="SQL mode set on MySQL sessions."),
-    cfg.IntOpt("mysql_wsrep_sync_wait", help="Galera wsrep_sync_wait for each session."),
+    cfg.IntOpt("mysql_wsrep_sync_wait", min=0, max=15,
+               help="Galera: wsrep_sync_wait set on every database session. 1 makes each read wait until "
+                    "its node has applied everything the cluster committed before it, so a write through "
+                    "one node is seen by the next read through any other (see "
+                    "docs/high-availability.md). Unset: the server's own setting."),
     cfg.IntOpt("connection_recycle_time", default=3600,
                help="Seconds after which a pooled connection is replaced."),
     cfg.IntOpt("max_pool_size", default=5, help="Connections kept open in the pool (per process)."),

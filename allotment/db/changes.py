@@ -289,7 +289,10 @@ def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
     backend = engine.dialect.name
     if backend not in BACKENDS:
         return None, False
-    raw = engine.raw_connection()
+    try:
+        raw = engine.raw_connection()
+    except engine.dialect.dbapi.Error:  # unreachable: the request's own read says so
+        return None, False
     try:
         if backend == "postgresql":
             row = _pg_number(raw)
