@@ -30,10 +30,11 @@ from oslo_config import cfg
 
 from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
+from allotment.api.health import PATH as HEALTH_PATH
 from allotment.api.http import Request
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
 from allotment.db import changes
-from allotment.db.engine import Database
+from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
 from allotment.domain import errors as domain
 
 LOG = logging.getLogger("allotment.api")
@@ -135,6 +136,10 @@ class Application:
 
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
+        from allotment.api.health import HealthCheck
+
+        #: GET /healthcheck, for load balancers (answered before authentication).
+        self.health = HealthCheck(conf, database)
         # Innermost first; Placement's order: request id, CORS,
         # authentication, then microversion negotiation and the handler (so
         # a request without a token is 401 whatever version it asks for).
@@ -173,6 +178,8 @@ class Application:
             return start_response(status, list(headers) + [(REQUEST_ID_HEADER, request_id)], exc_info)
 
         try:
+            if environ.get("PATH_INFO") == HEALTH_PATH:
+                return self.health(environ, _start)
             return self._inner(environ, _start)
         finally:
             self._log(environ, state["status"], state["length"], environ.get("allotment.version"),
@@ -238,10 +245,18 @@ class Application:
                 http_error = errors.from_domain(error)
                 if error.status == 403 or (error.status == 404 and not _handler_answers_not_found(environ, error)):
                     http_error.vary = False
-            except Exception:  # noqa: BLE001 - the last line of defence
-                LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
-                http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
-                                                   f"for request {environ.get('openstack.request_id')}.")
+            except CommitOutcomeUnknown:
+                # write() has logged the error.
+                http_error = errors.outcome_unknown()
+            except Exception as error:  # noqa: BLE001 - the last line of defence
+                if not is_unreachable(error):
+                    LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
+                    http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
+                                                       f"for request {environ.get('openstack.request_id')}.")
+                else:
+                    LOG.warning("%s database unavailable: %s", environ.get("openstack.request_id"),
+                                one_line(error))
+                    http_error = errors.database_unavailable()
             if http_error.status == 404 and environ.get("allotment.handler") in _NOT_FOUND_ECHOED:
                 http_error.message = _echoed(http_error.message)
             environ["allotment.error_code"] = http_error.code

@@ -32,7 +32,32 @@ EXPLANATIONS = {
     409: "There was a conflict when trying to complete your request.",
     415: "The request media type is not supported by this server.",
     500: "The server has either erred or is incapable of performing the requested operation.",
+    503: "The server is currently unavailable. Please try again at a later time.",
 }
+
+#: Seconds a client is asked to wait (``Retry-After``) before repeating a
+#: request the database could not serve: about what a Galera cluster takes
+#: to re-form after losing a node, or a pool to reconnect.
+RETRY_AFTER_SECONDS = 2
+
+
+def database_unavailable() -> HTTPError:
+    """503: the database cannot be reached now; nothing was changed.
+
+    Says only that: the error the driver raised (which names the
+    database's address and user) goes to the server's log."""
+    return HTTPError(503, "The database is unavailable, so the request was not carried out; "
+                          "nothing was changed. Try again in a few seconds.",
+                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+def outcome_unknown() -> HTTPError:
+    """503: the connection was lost while the change was being committed."""
+    return HTTPError(503, "The connection to the database was lost while this change was being "
+                          "committed: it may or may not have been made. Read it back, or send the "
+                          "same request again: the generations it carries make that safe (a change "
+                          "already made answers 409 or 404 and is not made twice).",
+                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 class HTTPError(Exception):
