@@ -48,17 +48,21 @@ class _LazyApplication:
         from allotment.api import errors
         from allotment.db.migrate import SchemaNotReady
 
+        from allotment.db.engine import is_unreachable, one_line
+
         if isinstance(error, SchemaNotReady):
-            reason = str(error)
-        elif isinstance(error, sa.exc.SQLAlchemyError):
-            orig = getattr(error, "orig", None) or error
-            reason = "database error: " + (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+            # Our own one line about the schema: nothing of the connection in it.
+            LOG.error("not serving yet: %s", error)
+            http_error = errors.HTTPError(503, f"The Placement database is not ready: {error}",
+                                          headers={"Retry-After": str(errors.RETRY_AFTER_SECONDS)})
+        elif isinstance(error, sa.exc.SQLAlchemyError) or is_unreachable(error):
+            # The driver's text names the database's address and user: the log only.
+            LOG.error("not serving yet: database error: %s", one_line(error))
+            http_error = errors.database_unavailable()
         else:
             raise error
-        LOG.error("not serving yet: %s", reason)
         status, headers, body = errors.render(
-            errors.HTTPError(503, f"The Placement database is not ready: {reason}"),
-            request_id=f"req-{uuid.uuid4()}", version=None, accept=environ.get("HTTP_ACCEPT"))
+            http_error, request_id=f"req-{uuid.uuid4()}", version=None, accept=environ.get("HTTP_ACCEPT"))
         start_response(status, headers)
         return [body]
 

@@ -147,3 +147,25 @@ def test_post_allocations_repeated_after_an_unknown_outcome_is_not_applied_twice
     again = faulty.post("/allocations", json=body, version="1.28")
     assert again.status == 409, again
     assert faulty.get(f"/resource_providers/{rp}/usages").json["usages"] == {"VCPU": 4}
+
+
+def test_the_wsgi_entry_point_answers_503_without_the_address_while_the_database_is_down(db_url, proxy):
+    """``allotment.wsgi:application`` builds the application at its first request:
+    with the database down that is a 503 in the same form, and the next
+    request after it is back is served."""
+    import webob
+
+    from allotment import service
+    from allotment.wsgi import _LazyApplication
+
+    conf = make_conf(proxy.url(db_url))
+    application = _LazyApplication(init=lambda: service.build_application(conf))
+    proxy.down()
+    req = webob.Request.blank("/resource_providers", headers={"X-Auth-Token": "admin",
+                                                              "Accept": "application/json"})
+    from tests.conftest import Response
+
+    _assert_says_unavailable(Response(req.get_response(application)), db_url)
+    proxy.up()
+    assert req.get_response(application).status_code == 200
+    application._app.db.dispose()
