@@ -131,10 +131,14 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     # Library-owned groups: registering them here makes values readable
     # before the library itself is loaded, and validation happens at start.
     from oslo_middleware import cors
+    from oslo_middleware.healthcheck import opts as healthcheck_opts
     from oslo_policy import opts as policy_opts
 
     policy_opts._register(conf)
     conf.register_opts(cors.CORS_OPTS, group="cors")
+    # GET /healthcheck reads these (allotment/api/health.py).
+    conf.register_opts(healthcheck_opts.HEALTHCHECK_OPTS, group="healthcheck")
+    conf.register_opts(healthcheck_opts.DISABLE_BY_FILE_OPTS, group="healthcheck")
 
 
 def find_config_file() -> str | None:
@@ -199,7 +203,8 @@ def validate(conf: cfg.ConfigOpts) -> None:
     the file into ``ConfigFileValueError`` naming the group and option.
     """
     checks = [(group_name, opt_name)
-              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment")
+              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors", "healthcheck",
+                                 "allotment")
               for opt_name in conf[group_name]]
     checks += [(None, "debug"), (None, "log_file")]
     for group_name, opt_name in checks:

@@ -31,6 +31,7 @@ from oslo_config import cfg
 from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
 from allotment.api.health import PATH as HEALTH_PATH
+from allotment.api.health import HealthCheck
 from allotment.api.http import Request
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
 from allotment.db import changes
@@ -136,8 +137,6 @@ class Application:
 
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
-        from allotment.api.health import HealthCheck
-
         #: GET /healthcheck, for load balancers (answered before authentication).
         self.health = HealthCheck(conf, database)
         # Innermost first; Placement's order: request id, CORS,

@@ -15,7 +15,7 @@ up for in other OpenStack services):
 
 No token is needed and no microversion applies.  ``[healthcheck]
 backends = disable_by_file`` with ``disable_by_file_path`` (oslo.middleware's
-options) turns the server away from the load balancer while that file
+options, registered by :mod:`allotment.config`) turns the server away from the load balancer while that file
 exists, e.g. before maintenance.
 
 The database is asked ``SELECT 1`` on a pooled connection, at most once a
@@ -50,14 +50,6 @@ UNAVAILABLE = "The database is unavailable"
 TIMED_OUT = "The database did not answer within %g s" % PROBE_TIMEOUT
 DISABLED = "DISABLED BY FILE"
 _OFFERS = ("text/plain", "text/html", "application/json")
-
-
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    """oslo.middleware's own ``[healthcheck]`` options (the ones read here)."""
-    from oslo_middleware.healthcheck import opts
-
-    conf.register_opts(opts.HEALTHCHECK_OPTS, group="healthcheck")
-    conf.register_opts(opts.DISABLE_BY_FILE_OPTS, group="healthcheck")
 
 
 class _Probe:
@@ -102,7 +94,7 @@ class HealthCheck:
     """The WSGI application answering :data:`PATH`."""
 
     def __init__(self, conf: cfg.ConfigOpts, db: Database):
-        register_opts(conf)
+        """``conf``: with ``[healthcheck]`` registered (allotment.config does)."""
         group = conf.healthcheck
         self._disable_file = group.disable_by_file_path if "disable_by_file" in group.backends else None
         self._probe = _Probe(db)
