@@ -284,6 +284,10 @@ def upgrade(engine: Engine) -> str:
     head = head_revision()
     if is_current(engine):
         return head
+    with engine.connect() as conn:
+        refused = reference_layout.refusal(conn)
+    if refused is not None:  # before the migration lock's table is made: nothing changed
+        raise refused
     try:
         with _migration_transaction(engine) as conn:
             create_in(conn)
