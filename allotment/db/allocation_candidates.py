@@ -696,6 +696,16 @@ _INVENTORIES = _GenerationCache()
 #: A provider as built last time: (parent id, root id, class ids of its
 #: records, their usage, the Provider), reused while those are the same.
 _PROVIDERS = _GenerationCache()
+
+
+def forget_generations() -> None:
+    """Empty the per-generation caches: the database they were read from went
+    back in time or was replaced, so a provider's generation no longer says
+    which of its states it is (provider_mirror calls this)."""
+    for cache in (_TRAITS, _RECORDS, _INVENTORIES, _PROVIDERS):
+        cache.clear()
+
+
 _CLASS_NAMES: dict[int, str] = {}
 
 

@@ -24,7 +24,13 @@ by reading again only the providers noted since:
   not touched keep their objects and derived indexes;
 * a change to a table of names (a class renamed, a trait deleted), a
   counter table made again, or more than half of the providers noted,
-  reads everything again.
+  reads everything again;
+* so does a database that is not the one the mirror was read from, or
+  that went back in time (a restored backup, a point-in-time recovery, a
+  promoted replica that had not received the last writes): its change
+  number belongs to another history, or is smaller than the mirror's when
+  read in a transaction that began after the mirror's
+  (:func:`allotment.db.changes.went_back`).
 
 The snapshot is never modified once made: a request holds the one it was
 given while another thread makes the next.  A request whose transaction
@@ -48,7 +54,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
-from allotment.db.allocation_candidates import built_inventories
+from allotment.db.allocation_candidates import built_inventories, forget_generations
 from allotment.domain.allocation_candidates import MEMO_LIMIT
 from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 
@@ -107,6 +113,8 @@ class ProviderMirror:
         self.partial_reads = 0
         #: Set for good once there were too many providers to keep.
         self.too_big = False
+        #: Times the database was seen gone back in time or replaced.
+        self.rebuilds = 0
 
     def snapshot(self, conn: Connection, number: int | None) -> ProviderSnapshot | None:
         """Every provider as ``conn``'s transaction sees them, ``number``
@@ -127,10 +135,30 @@ class ProviderMirror:
             changed = None
             if state is not None:
                 changed = changes.changed_providers(conn, state[0], number)
-                if changed is not None and state[0] > number:
-                    return None  # this transaction began before the mirror's
+                if changed is None:
+                    self._forget(changes.went_back(state[0], number))
+                elif state[0] > number:
+                    # This transaction began before the mirror's was read,
+                    # or the database went back in time: a number read now
+                    # in a transaction of its own tells which.
+                    now, _ = changes.current_number(conn.engine)
+                    reason = None if now is None else changes.went_back(state[0], now)
+                    if reason:
+                        self._forget(reason)
+                        self._state = None
+                    return None
             snapshot = self._changed(conn, state, changed)
             return self._keep(number, snapshot, number)
+
+    def _forget(self, reason: str | None) -> None:
+        """The database is not the one the mirror was read from, or went back
+        in time: nothing read from it before is kept (the mirror is read
+        again whole, and the process's per-generation caches emptied)."""
+        if reason is None:
+            return
+        LOG.warning("%s: reading every resource provider again", reason)
+        self.rebuilds += 1
+        forget_generations()
 
     def _keep(self, number: int, snapshot: ProviderSnapshot | None, notes) -> ProviderSnapshot | None:
         if snapshot is None or len(snapshot) > MAX_PROVIDERS:
@@ -165,6 +193,11 @@ class ProviderMirror:
             elif state is not None and notes.number == state[0]:
                 snapshot = state[1]  # another thread has just brought it here
             else:
+                # This transaction began after the mirror's: a smaller number,
+                # or one of another database, is a database gone back in time
+                # or replaced (pg_notes then gives no changes: read it all).
+                if state is not None:
+                    self._forget(changes.went_back(state[0], notes.number))
                 snapshot = self._keep(notes.number, self._changed(conn, state, changed), notes)
             cursor.execute("COMMIT")
         except BaseException:
