@@ -113,6 +113,12 @@ class Application:
 
             database = database_from_config(conf)
         self.db = database
+        # Where nothing notices a database gone back in time (MySQL/MariaDB
+        # have no change number), a lost connection -- the server restarted
+        # or failed over -- empties what is kept by provider generation.
+        from allotment.db.allocation_candidates import forget_generations
+
+        database.on_connection_lost.append(forget_generations)
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
         self.router = Router(ROUTES, OWN_ROUTES)

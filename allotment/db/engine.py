@@ -487,11 +487,22 @@ class Database:
         #: deadlock, serialization failure or lock) or "race" (an error
         #: listed in retry_on, such as a lost generation swap).  Metrics.
         self.on_retry: Callable[[str], None] | None = None
+        #: Called whenever a pooled connection is found lost (the database
+        #: restarted, failed over, or cannot be reached): what was read
+        #: before may belong to a database that has since gone back in time.
+        self.on_connection_lost: list[Callable[[], None]] = []
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = create_engine(self.url, pg_autocommit=True, **self._engine_kwargs)
+            engine = create_engine(self.url, pg_autocommit=True, **self._engine_kwargs)
+
+            @event.listens_for(engine, "invalidate")
+            def _lost(_dbapi_conn, _record, _error):
+                for callback in self.on_connection_lost:
+                    callback()
+
+            self._engine = engine
         return self._engine
 
     @property
