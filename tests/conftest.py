@@ -93,15 +93,20 @@ def make_conf(db_url: str, **overrides):
     return conf
 
 
-@pytest.fixture(scope="session")
-def db_url(tmp_path_factory):
-    url, drop = create_database(tmp_path_factory, "session")
+def prepare(url: str) -> None:
+    """The schema at head and the standard names in the database of ``url``."""
     from allotment import service
     from allotment.db.engine import Database
 
     db = Database(url)
     service.prepare_database(db)
     db.dispose()
+
+
+@pytest.fixture(scope="session")
+def db_url(tmp_path_factory):
+    url, drop = create_database(tmp_path_factory, "session")
+    prepare(url)
     yield url
     drop()
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from allotment.api.app import Application
 from allotment.db import changes
 from allotment.service import database_from_config
-from tests.conftest import BACKEND, ApiClient, create_database, make_conf, new_uuid
+from tests.conftest import BACKEND, ApiClient, create_database, make_conf, new_uuid, prepare
 
 pytestmark = pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS,
                                 reason=f"no change number on {BACKEND}: nothing is kept")
@@ -38,12 +38,7 @@ QUERY = "/allocation_candidates?resources=VCPU:4"
 @pytest.fixture
 def database(tmp_path_factory):
     url, drop = create_database(tmp_path_factory, "bit")
-    from allotment import service
-    from allotment.db.engine import Database
-
-    db = Database(url)
-    service.prepare_database(db)
-    db.dispose()
+    prepare(url)
     yield url
     drop()
 

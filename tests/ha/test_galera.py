@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from allotment.api.app import Application
 from allotment.service import database_from_config
 from tests.concurrency.test_claim_race import INVENTORY, PREFILLED, PROJECT, Client, _seed_providers
-from tests.conftest import ApiClient, create_database, make_conf
+from tests.conftest import ApiClient, create_database, make_conf, prepare
 from tests.functional.test_server import serve, write_config
 from tests.ha.galera import GaleraCluster
 
@@ -61,12 +61,7 @@ def _app(url: str, **overrides) -> ApiClient:
 # -- read your writes -----------------------------------------------------------
 
 def test_reads_through_another_node_right_after_a_write_are_fresh(galera_db):
-    from allotment import service
-    from allotment.db.engine import Database
-
-    db = Database(galera_db[0])
-    service.prepare_database(db)
-    db.dispose()
+    prepare(galera_db[0])
     clients = [_app(url, placement_database__mysql_wsrep_sync_wait=1) for url in galera_db]
     stale = []
     try:
