@@ -74,8 +74,8 @@ def normalize_url(url: str) -> sa.engine.URL:
 def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
                   pool_timeout: int | None = None, recycle: int = 3600,
                   sqlite_synchronous: bool = True, mysql_sql_mode: str | None = "TRADITIONAL",
-                  mysql_wsrep_sync_wait: int | None = None, echo: bool = False, sqlite_wal: bool = True, pg_autocommit: bool = False,
-                  pg_prepare: bool = True) -> Engine:
+                  mysql_wsrep_sync_wait: int | None = None, echo: bool = False, sqlite_wal: bool = True,
+                  pg_autocommit: bool = False, pg_prepare: bool = True) -> Engine:
     """``sqlite_wal=False`` leaves a SQLite file's journal mode as it is (a copy's source).
     ``pg_autocommit``: PostgreSQL (psycopg2) transactions are sent by us on
     connections the driver keeps in autocommit (:func:`_setup_postgresql`;
