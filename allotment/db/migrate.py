@@ -5,9 +5,10 @@ brought to 16.0.0's by :mod:`allotment.db.reference_layout`) and then
 Allotment's own (``allotment_version``, the Alembic scripts under
 ``migrations/``).  Both run in one migration transaction.
 
-Several API processes may start at once against one empty database; each
-runs the upgrade, and a loser of the race that finds the schema already at
-head afterwards carries on instead of failing.
+Several API processes may start at once against one empty database, on
+several hosts and through different nodes of a Galera cluster: they take
+turns under a lock every server agrees on (``_migration_transaction``),
+and the later ones find the schema at head and carry on.
 """
 
 from __future__ import annotations
@@ -243,12 +244,12 @@ def _migration_transaction(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         conn = conn.execution_options(allotment_write=True)
         backend = conn.dialect.name
-        lease = None
-        if backend == "mysql":
-            sync_wait = set_wsrep_sync_wait(conn, MIGRATION_SYNC_WAIT)
-            lease = _Lease(engine)
-            lease.acquire(conn)
+        lease = sync_wait = None
         try:
+            if backend == "mysql":
+                sync_wait = set_wsrep_sync_wait(conn, MIGRATION_SYNC_WAIT)
+                lease = _Lease(engine)
+                lease.acquire(conn)
             with conn.begin():
                 if backend == "postgresql":
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"),
@@ -257,9 +258,11 @@ def _migration_transaction(engine: Engine) -> Iterator[Connection]:
         finally:
             if lease is not None:
                 lease.release(conn)
-                if sync_wait is not None:  # the pooled connection as it was
+            if sync_wait is not None:  # the pooled connection as it was
+                try:
                     set_wsrep_sync_wait(conn, sync_wait)
-                    conn.commit()
+                except sa.exc.DBAPIError:  # a lost connection is not returned to the pool
+                    pass
 
 
 def create_in(conn: Connection) -> None:

@@ -12,12 +12,16 @@ names in it once.
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 
 import os_resource_classes
 import os_traits
+import pytest
 import sqlalchemy as sa
 
 from allotment.db import migrate, reference_layout
+from tests.conftest import BACKEND
 from tests.functional.test_server import allotment_command, clean_env, fresh_db, get, serve, write_config  # noqa: F401
 from tests.ha.galera import spread
 
@@ -64,3 +68,47 @@ def test_servers_started_together_on_an_empty_database_all_serve(fresh_db, tmp_p
         for live in servers:
             live.stop()
     _check_schema(fresh_db)
+
+
+# -- the lease (MySQL/MariaDB) ------------------------------------------------
+
+def _leased(url: str, holder: str, seconds: int) -> sa.Engine:
+    """An engine on ``url`` whose database holds a lease of ``holder`` ending in ``seconds``."""
+    from allotment.db.engine import create_engine
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE {migrate.LOCK_TABLE} (name VARCHAR(64) NOT NULL PRIMARY KEY, "
+                             "holder VARCHAR(255) NOT NULL, expires_at DATETIME NOT NULL)")
+        conn.exec_driver_sql(f"INSERT INTO {migrate.LOCK_TABLE} VALUES (%s, %s, "
+                             "UTC_TIMESTAMP() + INTERVAL %s SECOND)", (migrate.MIGRATION_LOCK_NAME, holder, seconds))
+    return engine
+
+
+@pytest.mark.skipif(BACKEND != "mysql", reason="the lease is MySQL/MariaDB's (elsewhere: the database's own locks)")
+def test_a_lease_left_by_a_migrator_that_died_is_taken_over(fresh_db):
+    engine = _leased(fresh_db, "gone-host:1:dead", -1)
+    try:
+        assert migrate.upgrade(engine) == migrate.head_revision()
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql(f"SELECT COUNT(*) FROM {migrate.LOCK_TABLE}").scalar() == 0
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.skipif(BACKEND != "mysql", reason="the lease is MySQL/MariaDB's (elsewhere: the database's own locks)")
+def test_a_migrator_waits_while_another_holds_the_lease(fresh_db):
+    engine = _leased(fresh_db, "other-host:1:alive", 60)
+    done = []
+    migrator = threading.Thread(target=lambda: done.append(migrate.upgrade(engine)))
+    try:
+        migrator.start()
+        time.sleep(1.5)
+        assert migrator.is_alive() and migrate.current_revision(engine) is None
+        with engine.begin() as conn:  # the other migrator is done
+            conn.exec_driver_sql(f"DELETE FROM {migrate.LOCK_TABLE}")
+        migrator.join(timeout=60)
+        assert done == [migrate.head_revision()]
+    finally:
+        migrator.join(timeout=60)
+        engine.dispose()
