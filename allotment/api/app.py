@@ -217,13 +217,16 @@ class Application:
         query = environ.get("QUERY_STRING")
         if query:
             path += "?" + query
+        if not path.isprintable():
+            # A decoded %0a would otherwise start a line of the client's making.
+            path = escape_for_log(path)
         # The record made here rather than by LOG.info, which would walk the
         # stack to find where it was called from: a fifth of the line's cost.
         code = Application._log.__code__
         LOG.handle(LOG.makeRecord(
             LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
             '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-            (request_id, environ.get("REQUEST_METHOD"), path, str(status).split(" ")[0],
+            (request_id, escape_for_log(environ.get("REQUEST_METHOD") or ""), path, str(status).split(" ")[0],
              length, version or "-", (time.monotonic() - started) * 1000), None, code.co_name))
 
     def _guard(self, app: Callable) -> Callable:
@@ -298,6 +301,15 @@ class Application:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)
         return response(environ, start_response)
+
+
+def escape_for_log(text: str) -> str:
+    """``text`` for a log line: unchanged when every character is printable,
+    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
+    ``\\u2028``, a backslash doubled): one request, one line."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def new_request_id() -> str:
