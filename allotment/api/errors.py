@@ -14,6 +14,7 @@ of the status followed by the specific message.
 from __future__ import annotations
 
 import html
+import reprlib
 from http import HTTPStatus
 
 import orjson
@@ -33,6 +34,33 @@ EXPLANATIONS = {
     415: "The request media type is not supported by this server.",
     500: "The server has either erred or is incapable of performing the requested operation.",
 }
+
+
+#: The most characters of a client's value an error text quotes: a value
+#: of a normal size is quoted whole (clients match Placement's texts), a
+#: larger one is cut, so that a 16 MiB body cannot make a 64 MiB answer.
+MAX_QUOTED = 2048
+
+
+def cut(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text``, or its first ``limit`` characters and how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 256
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = _SHORT_REPR.maxtuple = 16
+
+
+def short_repr(value) -> str:
+    """``repr(value)`` when it is short; otherwise an abridged one (as
+    :mod:`reprlib` abridges, at bounded cost), cut to :data:`MAX_QUOTED`."""
+    if isinstance(value, str) and len(value) <= MAX_QUOTED:
+        return cut(repr(value))
+    return cut(_SHORT_REPR.repr(value))
 
 
 class HTTPError(Exception):
