@@ -24,6 +24,14 @@ def _is_root(environ: dict) -> bool:
     return environ.get("PATH_INFO", "") in ("", "/")
 
 
+def _unauthorized(environ, start_response):
+    status_line, headers, body = errors.unauthorized(environ.get("HTTP_ACCEPT"))
+    if environ.get("REQUEST_METHOD") == "HEAD":
+        headers, body = [("Content-Type", "text/html; charset=UTF-8"), ("Content-Length", "0")], b""
+    start_response(status_line, headers)
+    return [body]
+
+
 class NoAuth2:
     """Trust the token: ``user[:project]``; ``X-Roles`` overrides the roles.
 
@@ -40,11 +48,7 @@ class NoAuth2:
         if token is None:
             if self._is_public(environ):
                 return self.app(environ, start_response)
-            status_line, headers, body = errors.unauthorized(environ.get("HTTP_ACCEPT"))
-            if environ.get("REQUEST_METHOD") == "HEAD":
-                headers, body = [("Content-Type", "text/html; charset=UTF-8"), ("Content-Length", "0")], b""
-            start_response(status_line, headers)
-            return [body]
+            return _unauthorized(environ, start_response)
         user, _, project = token.partition(":")
         project = project or user
         environ["HTTP_X_USER_ID"] = user
@@ -57,19 +61,36 @@ class NoAuth2:
 
 
 class KeystoneAuth:
-    """keystonemiddleware auth_token, skipped for the root document."""
+    """keystonemiddleware auth_token, skipped for the public routes.
+
+    auth_token removes the identity headers a client sent and sets them
+    from the validated token.  A request that still names no user (a token
+    it could not validate, under ``delay_auth_decision``) is 401, as
+    Placement answers it: auth_token adds its ``WWW-Authenticate`` on the
+    way out.
+    """
 
     def __init__(self, app: WSGIApp, conf: cfg.ConfigOpts, is_public: Callable[[dict], bool] = _is_root):
         from keystonemiddleware import auth_token
 
         self.app = app
         self._is_public = is_public
-        self._protected = auth_token.AuthProtocol(app, {"oslo_config_config": conf})
+        self._protected = auth_token.AuthProtocol(_require_user(app), {"oslo_config_config": conf})
 
     def __call__(self, environ, start_response):
         if self._is_public(environ):
             return self.app(environ, start_response)
         return self._protected(environ, start_response)
+
+
+def _require_user(app: WSGIApp) -> WSGIApp:
+    def with_user(environ, start_response):
+        if environ.get("HTTP_X_USER_ID") is None and environ.get("HTTP_X_USER") is None:
+            LOG.debug("%s has no user id after authentication: 401", environ.get("openstack.request_id"))
+            return _unauthorized(environ, start_response)
+        return app(environ, start_response)
+
+    return with_user
 
 
 def wrap(app: WSGIApp, conf: cfg.ConfigOpts, strategy: str | None = None,
