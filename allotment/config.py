@@ -147,11 +147,37 @@ def find_config_file() -> str | None:
 
 
 def default_sqlite_url() -> str:
-    """Where the embedded default database lives when nothing is configured."""
+    """Where the embedded default database lives when nothing is configured.
+
+    Its directory is made private (0700) and the file created private
+    (0600) before SQLite opens it (SQLite gives its journal and WAL files
+    the database file's permissions): the data is the cloud's inventory.
+    """
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    path = os.path.join(base, "allotment", "placement.sqlite")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    directory = os.path.join(base, "allotment")
+    path = os.path.join(directory, "placement.sqlite")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    os.chmod(path, 0o600)
     return "sqlite:///" + path
+
+
+#: Set on a ConfigOpts that runs the embedded default (no file: noauth2 on
+#: the loopback address), whose requests must then be addressed to a
+#: loopback name (see api/auth.loopback_hosts_only).
+EMBEDDED_DEFAULT = "_allotment_embedded_default"
+
+
+def is_embedded_default(conf: cfg.ConfigOpts) -> bool:
+    """Whether ``conf`` is the embedded default, with noauth2 on."""
+    return getattr(conf, EMBEDDED_DEFAULT, False) and conf.api.auth_strategy == "noauth2"
+
+
+def allow_any_host(conf: cfg.ConfigOpts) -> None:
+    """Lift the embedded default's loopback-only ``Host`` rule (``allotment
+    serve --allow-insecure-noauth`` on a non-loopback address)."""
+    setattr(conf, EMBEDDED_DEFAULT, False)
 
 
 def load(config_file: str | None = None, *, dev_defaults: bool = False,
@@ -177,6 +203,7 @@ def load(config_file: str | None = None, *, dev_defaults: bool = False,
     if not files and dev_defaults:
         conf.set_override("auth_strategy", "noauth2", group="api")
         conf.set_override("ui", True, group="allotment")
+        setattr(conf, EMBEDDED_DEFAULT, True)
     if not conf.placement_database.connection:
         # A configuration file must name its database: falling back to a
         # private SQLite file would let each host of a deployment silently

@@ -152,6 +152,10 @@ class Application:
             from oslo_middleware import cors
 
             inner = cors.CORS(inner, conf)
+        from allotment import config
+
+        if config.is_embedded_default(conf) and auth_strategy is None:  # not the in-process client
+            inner = auth.loopback_hosts_only(inner)
         self._inner = inner
 
     # -- policy -----------------------------------------------------------
