@@ -126,11 +126,14 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(allotment_opts, group="allotment")
     # Library-owned groups: registering them here makes values readable
     # before the library itself is loaded, and validation happens at start.
-    from oslo_middleware import cors
+    from oslo_middleware import cors, http_proxy_to_wsgi
     from oslo_policy import opts as policy_opts
 
     policy_opts._register(conf)
     conf.register_opts(cors.CORS_OPTS, group="cors")
+    # [oslo_middleware] enable_proxy_headers_parsing, as Placement reads it:
+    # only then do Forwarded / X-Forwarded-* headers change the request.
+    conf.register_opts(http_proxy_to_wsgi.OPTS, group="oslo_middleware")
 
 
 def find_config_file() -> str | None:
@@ -222,7 +225,8 @@ def validate(conf: cfg.ConfigOpts) -> None:
     the file into ``ConfigFileValueError`` naming the group and option.
     """
     checks = [(group_name, opt_name)
-              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment")
+              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment",
+                                 "oslo_middleware")
               for opt_name in conf[group_name]]
     checks += [(None, "debug"), (None, "log_file")]
     for group_name, opt_name in checks:

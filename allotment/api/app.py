@@ -30,7 +30,7 @@ from oslo_config import cfg
 
 from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
-from allotment.api.http import Request
+from allotment.api.http import Request, is_plain_path_prefix
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
 from allotment.db import changes
 from allotment.db.engine import Database
@@ -156,6 +156,13 @@ class Application:
 
         if config.is_embedded_default(conf) and auth_strategy is None:  # not the in-process client
             inner = auth.loopback_hosts_only(inner)
+        if conf.oslo_middleware.enable_proxy_headers_parsing:
+            # The proxy's Forwarded / X-Forwarded-Proto, -Host, -For and
+            # -Prefix (SCRIPT_NAME) headers, trusted only when the operator
+            # says a proxy sets them, as in Placement.
+            from oslo_middleware import http_proxy_to_wsgi
+
+            inner = http_proxy_to_wsgi.HTTPProxyToWSGI(_plain_mount_point(inner), conf)
         self._inner = inner
 
     # -- policy -----------------------------------------------------------
@@ -305,6 +312,22 @@ class Application:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)
         return response(environ, start_response)
+
+
+def _plain_mount_point(app: Callable) -> Callable:
+    """Keep SCRIPT_NAME only when it is a plain path: a prefix forwarded as
+    ``evil.example`` or ``//evil.example`` would put another host in every
+    Location header (WebOb joins it to the host)."""
+
+    def checked(environ, start_response):
+        script_name = environ.get("SCRIPT_NAME", "")
+        if script_name and not is_plain_path_prefix(script_name):
+            LOG.warning("%s forwarded mount point %r ignored: not a plain path",
+                        environ.get("openstack.request_id"), script_name[:100])
+            environ["SCRIPT_NAME"] = ""
+        return app(environ, start_response)
+
+    return checked
 
 
 def escape_for_log(text: str) -> str:

@@ -105,6 +105,17 @@ class Request(webob.BaseRequest):
             return None
 
 
+#: A URL path prefix (a mount point, SCRIPT_NAME) that Location headers
+#: may carry: segments of path characters, none empty (``//host`` names
+#: another server), no backslash, no scheme.
+_PATH_PREFIX = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*")
+
+
+def is_plain_path_prefix(text: str) -> bool:
+    """Whether ``text`` is a mount point a URL on this server can start with."""
+    return _PATH_PREFIX.fullmatch(text) is not None
+
+
 def _validator(schema: dict):
     validator = _VALIDATORS.get(id(schema))
     if validator is None:
