@@ -310,3 +310,30 @@ def test_a_long_text_with_a_nul_is_quoted_cut_to_a_bound(api):
     response = api.post("/resource_providers", json={"name": "z" * 100_000 + "\u0000"})
     assert_error(response, 400, "U+0000", "zzz...zzz")
     assert len(response.text) < 6_000
+
+
+# -- what reaches the log -----------------------------------------------------
+
+@pytest.mark.parametrize("path, shown", [
+    ("/resource_providers/x%0a2026-01-01 INFO forged", "/resource_providers/x\\n2026-01-01 INFO forged"),
+    ("/traits/%0d%1b[31mred%e2%80%a8", "/traits/\\r\\x1b[31mred\\xe2\\x80\\xa8"),
+    ("/resource_providers/%c2%85next", "/resource_providers/\\xc2\\x85next"),
+])
+def test_control_characters_of_a_path_are_escaped_in_the_request_log_line(api, caplog, path, shown):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="allotment.api"):
+        response = api.get(path)
+    lines = [r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage()]
+    assert len(lines) == 1
+    assert "\n" not in lines[0] and "\r" not in lines[0] and "\x1b" not in lines[0]
+    assert f'"GET {shown}" status: {response.status}' in lines[0]
+
+
+def test_a_printable_path_is_logged_as_it_is(api, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="allotment.api"):
+        response = api.get("/resource_providers/caf%c3%a9?name=a%0ab")
+    line = next(r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage())
+    assert '"GET /resource_providers/caf\u00c3\u00a9?name=a%0ab"' in line  # PEP 3333's Latin-1 reading, unchanged
