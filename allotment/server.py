@@ -56,6 +56,9 @@ BACKLOG = 1024
 #: stopping or reloading before it kills the worker.
 GRACEFUL_TIMEOUT = 10
 
+#: The shortest ``--timeout`` applied (seconds).
+MIN_TIMEOUT = 10
+
 #: Keys of a WSGI environ that a request sets (or may leave unset), which
 #: must never come from the server's process environment (see _Worker).
 _REQUEST_KEYS = ("CONTENT_TYPE", "CONTENT_LENGTH", "REMOTE_USER", "AUTH_TYPE", "SCRIPT_NAME")
@@ -77,7 +80,9 @@ class _Worker:
 
     def __init__(self, app: Callable, timeout: float, environment: dict[str, str] | None = None):
         self.app = app
-        self.timeout = timeout
+        # granian stops serving when a worker dies within 5.5 s of being
+        # started: never so soon because of this rule.
+        self.timeout = max(timeout, MIN_TIMEOUT) if timeout > 0 else 0
         environment = os.environ if environment is None else environment
         self._leaked = tuple((key, value) for key, value in environment.items()
                              if key.startswith("HTTP_") or key in _REQUEST_KEYS)

@@ -71,3 +71,8 @@ def test_a_request_running_past_the_timeout_is_reported_stuck():
     worker.running[1] = (100.0, {"PATH_INFO": "/slow"})
     assert worker.stuck(now=120.0) is None
     assert worker.stuck(now=131.0) == {"PATH_INFO": "/slow"}
+
+
+def test_the_timeout_is_never_shorter_than_a_worker_needs_to_count_as_started():
+    # granian stops serving when a worker dies within 5.5 s of its start.
+    assert server._Worker(_fake_app([]), timeout=1, environment={}).timeout == server.MIN_TIMEOUT
