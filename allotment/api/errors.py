@@ -43,10 +43,13 @@ MAX_QUOTED = 2048
 
 
 def cut(text: str, limit: int = MAX_QUOTED) -> str:
-    """``text``, or its first ``limit`` characters and how many more there were."""
+    """``text``, or its first and last characters (``limit`` in all) and how
+    many were left out between them: the end of a message says what is
+    wrong with the value quoted before it ("... is too long")."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+    tail = limit // 4
+    return f"{text[:limit - tail]}... ({len(text) - limit} more characters) ...{text[-tail:]}"
 
 
 _SHORT_REPR = reprlib.Repr()

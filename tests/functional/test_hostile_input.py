@@ -337,3 +337,9 @@ def test_a_printable_path_is_logged_as_it_is(api, caplog):
         response = api.get("/resource_providers/caf%c3%a9?name=a%0ab")
     line = next(r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage())
     assert '"GET /resource_providers/caf\u00c3\u00a9?name=a%0ab"' in line  # PEP 3333's Latin-1 reading, unchanged
+
+
+def test_a_cut_quote_keeps_what_the_message_says_of_the_value(api):
+    response = api.post("/resource_providers", json={"name": "w" * 50_000})
+    error = assert_error(response, 400, "more characters)", "is too long")
+    assert len(error["detail"]) < 6_000
