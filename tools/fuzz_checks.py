@@ -38,10 +38,11 @@ def _noauth2_unauthorized(body: bytes) -> bool:
 
 
 def _refused_by_the_http_layer(status: int, headers: dict, body: bytes) -> bool:
-    """granian's HTTP layer refuses a request it cannot parse (a head over
-    its limit: 431; a malformed header: 400) before any of Allotment runs:
-    an empty body, the connection closed, no request id (docs/serving.md)."""
-    return status in (400, 431) and body == b"" and (headers.get("connection") or "").lower() == "close" \
+    """granian's HTTP layer refuses a request it cannot parse (a target over
+    64 KiB: 414; a head over its limit: 431; a malformed header: 400)
+    before any of Allotment runs: an empty body, the connection closed, no
+    request id (docs/serving.md)."""
+    return status in (400, 414, 431) and body == b"" and (headers.get("connection") or "").lower() == "close" \
         and not headers.get("x-openstack-request-id")
 
 

@@ -36,6 +36,7 @@ def test_a_well_formed_error_passes():
     assert checks.problems(401, JSON, noauth2, None) == []
     # The HTTP layer's own refusal of a head it cannot read (no Python ran).
     assert checks.problems(431, {"connection": "close"}, b"", None) == []
+    assert checks.problems(414, {"connection": "close"}, b"", None) == []
     assert checks.problems(400, {"connection": "close"}, b"", None) == []
 
 
