@@ -58,7 +58,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
 
 
 def run_serve(args) -> int:
-    from allotment import server, service
+    from allotment import config, server, service
 
     conf = _load(args)
     if conf.api.auth_strategy == "noauth2" and not _is_loopback(args.host):
@@ -68,6 +68,7 @@ def run_serve(args) -> int:
             return 2
         LOG.warning("serving noauth2 on non-loopback address %s: every caller can claim any identity",
                     args.host)
+        config.allow_any_host(conf)
     metrics_dir = server.prepare_metrics(conf)  # before the application is built
     try:
         app = service.build_application(conf)

@@ -85,6 +85,7 @@ def make_conf(db_url: str, **overrides):
     from allotment import config
 
     conf = config.load(None, dev_defaults=True, args=[])
+    config.allow_any_host(conf)  # as from a file, not the embedded default
     conf.set_override("connection", db_url, group="placement_database")
     conf.set_override("auth_strategy", "noauth2", group="api")
     for key, value in overrides.items():

@@ -32,7 +32,7 @@ from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
 from allotment.api.health import PATH as HEALTH_PATH
 from allotment.api.health import HealthCheck
-from allotment.api.http import Request
+from allotment.api.http import Request, is_plain_path_prefix
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
 from allotment.db import changes
 from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
@@ -162,6 +162,17 @@ class Application:
             from oslo_middleware import cors
 
             inner = cors.CORS(inner, conf)
+        from allotment import config
+
+        if config.is_embedded_default(conf) and auth_strategy is None:  # not the in-process client
+            inner = auth.loopback_hosts_only(inner)
+        if conf.oslo_middleware.enable_proxy_headers_parsing:
+            # The proxy's Forwarded / X-Forwarded-Proto, -Host, -For and
+            # -Prefix (SCRIPT_NAME) headers, trusted only when the operator
+            # says a proxy sets them, as in Placement.
+            from oslo_middleware import http_proxy_to_wsgi
+
+            inner = http_proxy_to_wsgi.HTTPProxyToWSGI(_plain_mount_point(inner), conf)
         self._inner = inner
 
     # -- policy -----------------------------------------------------------
@@ -229,13 +240,16 @@ class Application:
         query = environ.get("QUERY_STRING")
         if query:
             path += "?" + query
+        if not path.isprintable():
+            # A decoded %0a would otherwise start a line of the client's making.
+            path = escape_for_log(path)
         # The record made here rather than by LOG.info, which would walk the
         # stack to find where it was called from: a fifth of the line's cost.
         code = Application._log.__code__
         LOG.handle(LOG.makeRecord(
             LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
             '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-            (request_id, environ.get("REQUEST_METHOD"), path, str(status).split(" ")[0],
+            (request_id, escape_for_log(environ.get("REQUEST_METHOD") or ""), path, str(status).split(" ")[0],
              length, version or "-", (time.monotonic() - started) * 1000), None, code.co_name))
 
     def _guard(self, app: Callable) -> Callable:
@@ -318,6 +332,31 @@ class Application:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)
         return response(environ, start_response)
+
+
+def _plain_mount_point(app: Callable) -> Callable:
+    """Keep SCRIPT_NAME only when it is a plain path: a prefix forwarded as
+    ``evil.example`` or ``//evil.example`` would put another host in every
+    Location header (WebOb joins it to the host)."""
+
+    def checked(environ, start_response):
+        script_name = environ.get("SCRIPT_NAME", "")
+        if script_name and not is_plain_path_prefix(script_name):
+            LOG.warning("%s forwarded mount point %r ignored: not a plain path",
+                        environ.get("openstack.request_id"), script_name[:100])
+            environ["SCRIPT_NAME"] = ""
+        return app(environ, start_response)
+
+    return checked
+
+
+def escape_for_log(text: str) -> str:
+    """``text`` for a log line: unchanged when every character is printable,
+    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
+    ``\\u2028``, a backslash doubled): one request, one line."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def new_request_id() -> str:

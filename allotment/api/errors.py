@@ -14,6 +14,7 @@ of the status followed by the specific message.
 from __future__ import annotations
 
 import html
+import reprlib
 from http import HTTPStatus
 
 import orjson
@@ -58,6 +59,36 @@ def outcome_unknown() -> HTTPError:
                           "same request again: the generations it carries make that safe (a change "
                           "already made answers 409 or 404 and is not made twice).",
                      headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+#: The most characters of a client's value an error text quotes: a value
+#: of a normal size is quoted whole (clients match Placement's texts), a
+#: larger one is cut, so that a 16 MiB body cannot make a 64 MiB answer.
+MAX_QUOTED = 2048
+
+
+def cut(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text``, or its first and last characters (``limit`` in all) and how
+    many were left out between them: the end of a message says what is
+    wrong with the value quoted before it ("... is too long")."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[:limit - tail]}... ({len(text) - limit} more characters) ...{text[-tail:]}"
+
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 256
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = _SHORT_REPR.maxtuple = 16
+
+
+def short_repr(value) -> str:
+    """``repr(value)`` when it is short; otherwise an abridged one (as
+    :mod:`reprlib` abridges, at bounded cost), cut to :data:`MAX_QUOTED`."""
+    if isinstance(value, str) and len(value) <= MAX_QUOTED:
+        return cut(repr(value))
+    return cut(_SHORT_REPR.repr(value))
 
 
 class HTTPError(Exception):
