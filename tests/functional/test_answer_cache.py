@@ -450,12 +450,14 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
             _write_raw(cloud, conn, "trait", step, 1)
             _write_raw(cloud, conn, "allocate", step, 1)
     mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
-    record_reads = []  # the ids each read of inventory records by id was given
+    record_reads = []  # the ids (or the range of ids) each read of inventory records was given
     real_rows = raw_rows.rows
 
     def counted_rows(conn, statement, params):
-        if statement is provider_mirror._RECORDS[1]:
+        if statement is provider_mirror._RECORDS[provider_mirror.LISTED]:
             record_reads.append(list(params["ids"]))
+        elif statement is provider_mirror._RECORDS[provider_mirror.RANGE]:
+            record_reads.append(range(params["lo"], params["hi"] + 1))
         return real_rows(conn, statement, params)
 
     monkeypatch.setattr(raw_rows, "rows", counted_rows)
@@ -463,10 +465,14 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
         whole = mirror._providers(conn, None)
         assert record_reads == []  # a cloud within one window: the whole tables at once
         monkeypatch.setattr(provider_mirror, "WINDOW", 2)
+        monkeypatch.setattr(provider_mirror, "ID_WINDOW", 2)
         windows = mirror._providers(conn, None)
     assert len(whole) > 6 and sorted(whole, key=lambda p: p.id) == sorted(windows, key=lambda p: p.id)
-    assert len(record_reads) == (len(whole) + 1) // 2 and all(len(ids) <= 2 for ids in record_reads)
-    assert sorted(pid for ids in record_reads for pid in ids) == sorted(p.id for p in whole)
+    # A read of everything asks for ranges of ids, each holding two providers.
+    assert len(record_reads) == (len(whole) + 1) // 2 and all(isinstance(ids, range) for ids in record_reads)
+    ids = {p.id for p in whole}
+    assert all(len(ids.intersection(window)) <= 2 for window in record_reads)
+    assert sorted(pid for window in record_reads for pid in ids.intersection(window)) == sorted(ids)
 
     def same() -> None:
         for query in QUERIES[:5]:
