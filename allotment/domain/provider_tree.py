@@ -208,6 +208,13 @@ def _sharded(mapping: Mapping) -> ShardedMap:
     return mapping if isinstance(mapping, ShardedMap) else ShardedMap.of(mapping)
 
 
+def _same_place(old: Provider | None, new: Provider) -> bool:
+    """Whether ``new`` stands where ``old`` stood, with inventory of the
+    same classes (what the tree indexes are made of)."""
+    return (old is not None and old.parent_id == new.parent_id and old.root_id == new.root_id
+            and old.uuid == new.uuid and old.inventories.keys() == new.inventories.keys())
+
+
 class TreeMemo:
     """Results computed from one tree and the sharing providers lending to
     it, kept with a snapshot that is kept across requests, and dropped when
@@ -271,7 +278,8 @@ class ProviderSnapshot:
         a database layer that adds trees with :meth:`add` as the search
         goes (aggregates of trees not yet added would be missing)."""
         self._by_id: dict[int, Provider] = {}
-        self._by_uuid: dict[str, Provider] = {}
+        #: uuid -> provider id (the id of a uuid never changes)
+        self._by_uuid: dict[str, int] = {}
         self._trees: dict[int, list[int]] = {}
         #: Roots in the order their first provider was given.
         self.root_ids: tuple[int, ...] = ()
@@ -310,7 +318,7 @@ class ProviderSnapshot:
             if prov.id in self._by_id:
                 raise ValueError(f"duplicate provider id {prov.id}")
             self._by_id[prov.id] = prov
-            self._by_uuid[prov.uuid] = prov
+            self._by_uuid[prov.uuid] = prov.id
             self._trees.setdefault(prov.root_id, []).append(prov.id)
             added.append(prov)
         for prov in added:
@@ -350,7 +358,7 @@ class ProviderSnapshot:
         shards' copies, whatever the size of the cloud.
         """
         providers = list(providers)
-        by_id, by_uuid, trees = _sharded(self._by_id), _sharded(self._by_uuid), _sharded(self._trees)
+        by_id = _sharded(self._by_id)
         new_ids = {prov.id for prov in providers}
         before: dict[int, Provider | None] = {}
         touched: set[int] = set()
@@ -361,42 +369,26 @@ class ProviderSnapshot:
             before[pid] = old
             if old is not None:
                 touched.add(old.root_id)
-        stale_uuids = [old.uuid for old in before.values()
-                       if old is not None and by_uuid.get(old.uuid) is old]
         for prov in providers:
             touched.add(prov.root_id)
-        members: set[int] = set()
-        new_trees: dict[int, list[int]] = {}
-        for root in touched:
-            kept = [pid for pid in trees.get(root, ()) if pid not in before]
-            tree = sorted(kept + [prov.id for prov in providers if prov.root_id == root])
-            members.update(trees.get(root, ()))
-            members.update(tree)
-            new_trees[root] = tree
-        roots_changed = any(bool(tree) != (root in trees) for root, tree in new_trees.items())
-        by_id = by_id.successor(before, {prov.id: prov for prov in providers})
-        by_uuid = by_uuid.successor(stale_uuids, {prov.uuid: prov for prov in providers})
-        trees = trees.successor(new_trees, {root: tree for root, tree in new_trees.items() if tree})
-        for root in touched:
-            for pid in trees.get(root, ()):
-                prov = by_id[pid]
-                if prov.root_id not in by_id or (prov.parent_id is not None and prov.parent_id not in by_id):
-                    raise ValueError(f"provider {pid}: its tree is not complete")
         new = ProviderSnapshot()
-        new._by_id, new._by_uuid, new._trees = by_id, by_uuid, trees
+        new._by_id = by_id.successor(before, {prov.id: prov for prov in providers})
         new._count = self._count + sum(1 for pid in new_ids if before.get(pid) is None) - sum(
             1 for pid, old in before.items() if old is not None and pid not in new_ids)
-        if not roots_changed:
+        if all(before[pid] is None or pid in new_ids for pid in before) and all(
+                _same_place(before[prov.id], prov) for prov in providers):
+            # Only generations, usage, traits or aggregates changed (a claim):
+            # every tree keeps its providers, ancestry and classes.
+            new._by_uuid, new._trees = self._by_uuid, self._trees
             new.root_ids, new._root_index = self.root_ids, self._root_index
+            new._ancestors, new._lineage, new._classes = self._ancestors, self._lineage, self._classes
+            members: set[int] = new_ids
         else:
-            roots = set(self.root_ids)
-            for root, tree in new_trees.items():
-                (roots.add if tree else roots.discard)(root)
-            new.root_ids = tuple(sorted(roots))
-        # The touched entries dropped, the rest shared.
-        new._ancestors = _sharded(self._ancestors).successor(members)
-        new._lineage = _sharded(self._lineage).successor(members)
-        new._classes = _sharded(self._classes).successor(touched)
+            self._moved(new, providers, before, touched)
+            members = set()
+            for root in touched:
+                members.update(self._trees.get(root, ()))
+                members.update(new._trees.get(root, ()))
         if self.per_provider is not None:
             new.per_provider = _sharded(self.per_provider).successor(
                 itertools.chain(members, ((root,) for root in touched)))
@@ -407,7 +399,7 @@ class ProviderSnapshot:
                 return None
             return prov.root_id, prov.is_sharing, frozenset(prov.aggregates)
 
-        if all(reach(old) == reach(by_id.get(pid)) for pid, old in before.items()):
+        if all(reach(old) == reach(new._by_id.get(pid)) for pid, old in before.items()):
             # Nothing the sharing indexes are made of changed.
             if self.tree_memo is not None:
                 # What was kept of a tree depends on the sharing providers
@@ -423,6 +415,38 @@ class ProviderSnapshot:
             # Which trees borrow from which may have changed: nothing kept.
             new.tree_memo = TreeMemo(self.tree_memo.limit)
         return new
+
+    def _moved(self, new: ProviderSnapshot, providers: list[Provider], before: dict[int, Provider | None],
+               touched: set[int]) -> None:
+        """:meth:`changed` where trees gained, lost or rearranged providers:
+        ``new``'s tree indexes, the touched trees sorted again."""
+        by_id, trees = new._by_id, _sharded(self._trees)
+        stale = [old.uuid for old in before.values() if old is not None]
+        new._by_uuid = _sharded(self._by_uuid).successor(stale, {prov.uuid: prov.id for prov in providers})
+        new_trees: dict[int, list[int]] = {}
+        for root in touched:
+            kept = [pid for pid in trees.get(root, ()) if pid not in before]
+            new_trees[root] = sorted(kept + [prov.id for prov in providers if prov.root_id == root])
+        new._trees = trees.successor(new_trees, {root: tree for root, tree in new_trees.items() if tree})
+        for root in touched:
+            for pid in new._trees.get(root, ()):
+                prov = by_id[pid]
+                if prov.root_id not in by_id or (prov.parent_id is not None and prov.parent_id not in by_id):
+                    raise ValueError(f"provider {pid}: its tree is not complete")
+        if all(bool(tree) == (root in trees) for root, tree in new_trees.items()):
+            new.root_ids, new._root_index = self.root_ids, self._root_index
+        else:
+            roots = set(self.root_ids)
+            for root, tree in new_trees.items():
+                (roots.add if tree else roots.discard)(root)
+            new.root_ids = tuple(sorted(roots))
+        members: set[int] = set()
+        for root in touched:
+            members.update(trees.get(root, ()))
+            members.update(new_trees[root])
+        new._ancestors = _sharded(self._ancestors).successor(members)
+        new._lineage = _sharded(self._lineage).successor(members)
+        new._classes = _sharded(self._classes).successor(touched)
 
     # -- plain lookups -------------------------------------------------
 
@@ -444,7 +468,8 @@ class ProviderSnapshot:
         return self._by_id[provider_id]
 
     def by_uuid(self, uuid: str) -> Provider | None:
-        return self._by_uuid.get(uuid)
+        pid = self._by_uuid.get(uuid)
+        return None if pid is None else self._by_id.get(pid)
 
     def tree(self, root_id: int) -> list[int]:
         """Ids of the providers in the tree rooted at ``root_id``."""

@@ -138,6 +138,10 @@ def test_a_change_copies_only_the_shards_it_touches():
     for old, new in ((first, second), (second, third)):
         shared = sum(a is b for a, b in zip(old._by_id.shards, new._by_id.shards))
         assert shared >= len(new._by_id.shards) - 2
+    # Usage or generations alone (a claim): the trees' indexes are shared as
+    # they are; a provider gone: the touched tree's are made again.
+    assert first._trees is snapshot._trees and second._ancestors is first._ancestors
+    assert third._trees is not second._trees and third._ancestors is not second._ancestors
     fresh = ProviderSnapshot(sorted(third, key=lambda p: (p.root_id, p.id)))
     assert len(third) == len(fresh) == 2000 and list(third) == list(fresh)
     assert third.root_ids == fresh.root_ids and 5000 in third.root_ids
