@@ -192,9 +192,18 @@ class CloudStore:
             shutil.copyfile(self.cache / f"{self.name}.sqlite", self.cache / f"{name}.sqlite")
         else:
             engine = self._admin()
-            with engine.connect() as conn:
-                conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
-            engine.dispose()
+            try:
+                for attempt in range(120):  # autovacuum may be at the new template a while
+                    try:
+                        with engine.connect() as conn:
+                            conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
+                        break
+                    except sa.exc.OperationalError as error:
+                        if "being accessed by other users" not in str(error) or attempt == 119:
+                            raise
+                        time.sleep(1)
+            finally:
+                engine.dispose()
         self.copies.append(name)
         return self.url(name)
 
