@@ -412,6 +412,10 @@ def _analyze(engine: sa.Engine) -> None:
     try:
         cursor = raw.cursor()
         cursor.execute("ANALYZE")
+        if engine.dialect.name == "sqlite":
+            # Everything into the database file itself, none left in its
+            # write-ahead log: a copy of the file is then the whole cloud.
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         cursor.close()
         raw.commit()
     finally:

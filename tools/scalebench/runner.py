@@ -711,8 +711,8 @@ def claims(servers: list[Server], sampler: Sampler, args) -> dict:
 
 
 def _print_claims(label: str, res: dict, prefix: str = "claims") -> None:
-    cpu = f"{res['server_cpu_ms_per_claim']}" + (f" + db {res['db_cpu_ms_per_claim']}"
-                                                  if res.get("db_cpu_ms_per_claim") is not None else "")
+    cpu = f"{res.get('server_cpu_ms_per_claim')}" + (f" + db {res['db_cpu_ms_per_claim']}"
+                                                      if res.get("db_cpu_ms_per_claim") is not None else "")
     v = res["verify"]
     log(f"{label} {prefix}: {res['claims']} in {res['seconds']} s ({res['claims_per_s']}/s), "
         f"p50 {res['claim_p50_ms']} p95 {res['claim_p95_ms']} ms, cpu {cpu} ms/claim, "
@@ -757,16 +757,23 @@ def stream(servers: list[Server], sampler: Sampler, args) -> dict:
             res[phase] = {"reads": len(times), "read_p50_ms": _ms(percentile(times, 50)),
                           "read_p95_ms": _ms(percentile(times, 95)), "read_failures": [str(f) for f in failures[:5]],
                           "read_failure_count": len(failures), "seconds": round(seconds, 1)}
+            requests = len(times) + len(failures) + run.stats["gets"] + run.stats["puts"]
+            res[phase]["server_cpu_ms_per_request"] = round(cpu[0] * 1000 / requests, 2) if requests else None
+            res[phase]["db_cpu_ms_per_request"] = (round(cpu[1] * 1000 / requests, 2)
+                                                   if requests and cpu[1] is not None else None)
             if writers:
-                res[phase]["claims"] = _claims_summary(run, seconds, cpu, server.label)
-                res[phase]["claims"]["verify"] = verify(server, run)
-            else:
-                res[phase]["server_cpu_ms_per_read"] = round(cpu[0] * 1000 / len(times), 2) if times else None
+                claims = res[phase]["claims"] = _claims_summary(run, seconds, (0.0, None), server.label)
+                # The phase's CPU serves the readers too: per request, above.
+                claims.pop("server_cpu_ms_per_claim"), claims.pop("db_cpu_ms_per_claim")
+                claims.pop("server_cpu_ms_per_request")
+                claims["verify"] = verify(server, run)
         idle, busy = res["idle"]["read_p50_ms"], res["writing"]["read_p50_ms"]
         res["writing_over_idle_p50"] = round(busy / idle, 2) if idle and busy else None
         log(f"{server.label} stream: readers p50 idle {idle} ms (p95 {res['idle']['read_p95_ms']}), while "
             f"writing {busy} ms (p95 {res['writing']['read_p95_ms']}): x{res['writing_over_idle_p50']}; "
-            f"{res['writing']['reads']} reads, {res['writing']['read_failure_count']} failed")
+            f"{res['writing']['reads']} reads, {res['writing']['read_failure_count']} failed; server CPU "
+            f"per request idle {res['idle']['server_cpu_ms_per_request']}, while writing "
+            f"{res['writing']['server_cpu_ms_per_request']} ms")
         _print_claims(server.label, res["writing"]["claims"], "stream claims")
     if len(servers) == 2:
         a, b = (result[s.label]["writing"]["read_p50_ms"] for s in servers)
