@@ -127,6 +127,9 @@ class ProviderMirror:
         self._kept: dict = {}
         #: Inventory mappings by their records (with usage), kept once.
         self._inventories: dict = {}
+        #: Resource class names by id, read with every full read and when
+        #: a partial read meets a class not among them.
+        self._class_names: dict[int, str] | None = None
         #: Reads of everything, and of some providers (for tests and logs).
         self.full_reads = 0
         self.partial_reads = 0
@@ -243,7 +246,9 @@ class ProviderMirror:
         rows = raw_rows.rows(conn, _PROVIDERS[EVERY if ids is None else LISTED], {} if ids is None else {"ids": ids})
         if ids is None and len(rows) > MAX_PROVIDERS:
             return None
-        class_names = dict(raw_rows.rows(conn, _CLASSES, {}))
+        class_names = self._class_names
+        if ids is None or class_names is None:
+            class_names = self._class_names = dict(raw_rows.rows(conn, _CLASSES, {}))
         if ids is None and len(rows) <= WINDOW:
             return self._built(conn, rows, EVERY, {}, class_names)
         rows.sort()
@@ -263,6 +268,10 @@ class ProviderMirror:
         records: dict[int, list] = {}
         for row in raw_rows.rows(conn, _RECORDS[which], params):
             records.setdefault(row[0], []).append(row[1:])
+            if row[1] not in class_names:
+                # A class made since the names were read (a new name notes
+                # no provider; a renamed or deleted one makes a full read).
+                class_names.update(raw_rows.rows(conn, _CLASSES, {}))
         traits: dict[int, list[str]] = {}
         for pid, name in raw_rows.rows(conn, _TRAITS[which], params):
             traits.setdefault(pid, []).append(name)

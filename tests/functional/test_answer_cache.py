@@ -162,6 +162,13 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
                 conn.execute(table.delete().where(table.c.resource_provider_id == gone))
             conn.execute(rp.delete().where(rp.c.id == gone))
             cloud.providers.remove(gone)
+    elif kind == "new_class":
+        # A class made after the mirror read the names (which notes no
+        # provider), then inventory of it: the summaries show it.
+        rc = tables.resource_classes
+        top = conn.execute(sa.select(sa.func.max(rc.c.id))).scalar_one()
+        made = cloud._id(conn, rc, name=f"CUSTOM_NEW_{top + 1}", id=top + 1)
+        cloud.inventory(conn, pid, made, amount)
     elif kind == "rename_class":
         # A custom class renamed (as PUT /resource_classes/{name} allows before 1.7):
         # no provider row changes.
@@ -179,7 +186,7 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
 
 #: Writes that change a provider's generation with its inventories or
 #: traits; "generation" alone changes no answer, and must not break reuse.
-BUMPING = ("total", "trait", "share", "disk", "drop_inventory", "generation")
+BUMPING = ("total", "trait", "share", "disk", "drop_inventory", "generation", "new_class")
 
 
 def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
@@ -194,7 +201,7 @@ def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
 
 
 RAW_KINDS = ("total", "allocate", "allocate_disk", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
-             "generation", "delete_provider", "rename_class", "share")
+             "generation", "delete_provider", "rename_class", "share", "new_class")
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
     st.tuples(st.sampled_from(RAW_KINDS), st.integers(0, 20), st.integers(1, 8)),
@@ -488,3 +495,24 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
             _write_raw(cloud, conn, "allocate", pick, 2)
     same()
     assert mirror.partial_reads == partial + 1
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_the_mirror_learns_a_class_made_after_its_names(apps):
+    """The mirror keeps the class names of its last full read; a class
+    made since (which notes no provider) is read when a partial read meets
+    inventory of it, and the summaries show that inventory."""
+    _, fresh, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    api, checker = ApiClient(mirrored), ApiClient(fresh)
+    assert _answer(api, QUERIES[0], "1.39") == _answer(checker, QUERIES[0], "1.39")
+    full = mirrored.provider_mirror.full_reads
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "new_class", 0, 3)
+    status, body = _answer(api, QUERIES[0], "1.39")
+    assert (status, body) == _answer(checker, QUERIES[0], "1.39")
+    assert mirrored.provider_mirror.full_reads == full  # a partial read
+    assert any(name.startswith("CUSTOM_NEW_") for summary in body["provider_summaries"].values()
+               for name in summary["resources"])
