@@ -557,7 +557,8 @@ class ProviderSnapshot:
 
     # -- sharing ---------------------------------------------------------
 
-    def _aggregate_roots(self) -> dict[str, tuple[int, ...]]:
+    def aggregate_roots(self) -> dict[str, tuple[int, ...]]:
+        """Aggregate uuid -> the roots of the trees holding a provider in it."""
         if self._agg_roots is None:
             index: dict[str, dict[int, None]] = {}
             for prov in self._by_id.values():
@@ -576,7 +577,7 @@ class ProviderSnapshot:
         """
         found = self._anchor_cache.get(provider_id)
         if found is None:
-            agg_roots = self._aggregate_roots()
+            agg_roots = self.aggregate_roots()
             roots: dict[int, None] = {}
             for agg in sorted(self._by_id[provider_id].aggregates):
                 for root in agg_roots.get(agg, ()):

@@ -516,3 +516,33 @@ def test_the_mirror_learns_a_class_made_after_its_names(apps):
     assert mirrored.provider_mirror.full_reads == full  # a partial read
     assert any(name.startswith("CUSTOM_NEW_") for summary in body["provider_summaries"].values()
                for name in summary["resources"])
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
+    """Without sharing providers, a member_of query searches the trees
+    holding a member, not every tree of the cloud; its answer is the same."""
+    from allotment.domain import allocation_candidates as solver
+
+    _, fresh, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        for _ in range(20):
+            cloud.providers.append(cloud.provider(conn))
+        for pick in (3, 11):
+            _write_raw(cloud, conn, "aggregate", pick, 1)
+    searched = []
+    real = solver._Plan.candidates_at
+
+    def counted(plan, root):
+        searched.append(root)
+        return real(plan, root)
+
+    monkeypatch.setattr(solver._Plan, "candidates_at", counted)
+    query = QUERIES[3].format(agg=cloud.agg_uuid)
+    api, checker = ApiClient(mirrored), ApiClient(fresh)
+    status, body = _answer(api, query, "1.39")
+    assert status == 200 and len(body["allocation_requests"]) == 2
+    assert sorted(set(searched)) == sorted(cloud.providers[pick] for pick in (3, 11))
+    assert (status, body) == _answer(checker, query, "1.39")
