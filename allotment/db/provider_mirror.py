@@ -50,7 +50,7 @@ from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
 from allotment.db.allocation_candidates import built_inventories
-from allotment.domain.allocation_candidates import MEMO_LIMIT
+from allotment.domain.allocation_candidates import MEMO_LIMIT, MEMO_UNITS_PER_TREE
 from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 
 RP = tables.resource_providers
@@ -215,7 +215,7 @@ class ProviderMirror:
                  time.perf_counter() - started)
         # The candidates of each tree, and the summary of each provider,
         # while the tree does not change.
-        snapshot.tree_memo = TreeMemo(MEMO_LIMIT)
+        snapshot.tree_memo = TreeMemo(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids)))
         snapshot.per_provider = {}
         return snapshot
 
