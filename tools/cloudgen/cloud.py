@@ -411,7 +411,9 @@ def _analyze(engine: sa.Engine) -> None:
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
-        cursor.execute("ANALYZE")
+        # PostgreSQL: VACUUM too (the visibility map of the new rows), so
+        # that autovacuum has nothing left to do on the fresh cloud.
+        cursor.execute("VACUUM ANALYZE" if engine.dialect.name == "postgresql" else "ANALYZE")
         if engine.dialect.name == "sqlite":
             # Everything into the database file itself, none left in its
             # write-ahead log: a copy of the file is then the whole cloud.

@@ -201,6 +201,12 @@ class CloudStore:
                     except sa.exc.OperationalError as error:
                         if "being accessed by other users" not in str(error) or attempt == 119:
                             raise
+                        # Autovacuum at the new template's tables: stopped (it
+                        # comes back later), on this database only.
+                        with engine.connect() as conn:
+                            conn.exec_driver_sql(
+                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                                "AND backend_type = 'autovacuum worker'", (self.name,))
                         time.sleep(1)
             finally:
                 engine.dispose()
@@ -694,6 +700,7 @@ def claims(servers: list[Server], sampler: Sampler, args) -> dict:
     result = {}
     for server in servers:
         run = ClaimRun(server, args, f"{args.seed}-claims")
+        warm(server, args)
         token = sampler.begin(server.label)
         started = time.perf_counter()
         threads = [threading.Thread(target=run.writer, args=(k, None, args.claims_per_client))
@@ -732,10 +739,28 @@ def _readers(server: Server, args, stop: threading.Event, times: list, failures:
     return [threading.Thread(target=reader) for _ in range(args.readers)]
 
 
+def warm(server: Server, args) -> None:
+    """Every worker's first answers (Allotment: its mirror's first read)
+    before anything is measured: rounds of parallel requests on new
+    connections, which a busy worker leaves to the others."""
+    def one(path: str) -> None:
+        client = Client(server.port, args.query_timeout)
+        client.request("GET", path)
+        client.close()
+
+    for _ in range(3):
+        threads = [threading.Thread(target=one, args=(path,)) for path in (STREAM_QUERY, CLAIM_QUERY) * 4]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+
 def stream(servers: list[Server], sampler: Sampler, args) -> dict:
     """Readers alone, then readers while writers claim, server by server."""
     result = {}
     for server in servers:
+        warm(server, args)
         res = result[server.label] = {}
         for phase, writers in (("idle", 0), ("writing", args.writers)):
             stop = threading.Event()
