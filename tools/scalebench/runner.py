@@ -877,12 +877,25 @@ def statements(db_url: str, args) -> dict:
             elif i > 2:
                 cpu[method].append(spent)
     engine.dispose()
+    if engine.dialect.name == "sqlite":
+        # SQLite's trace repeats a statement's text for each statement its
+        # triggers run: one entry each, with that count.
+        for method, texts in listed.items():
+            collapsed: list[str] = []
+            for text in texts:
+                if collapsed and collapsed[-1].split(" [+", 1)[0] == text:
+                    base, _, more = collapsed[-1].partition(" [+")
+                    count = int(more.split(" ", 1)[0]) + 1 if more else 1
+                    collapsed[-1] = f"{base} [+{count} statements of its triggers]"
+                else:
+                    collapsed.append(text)
+            listed[method] = collapsed
     result = {"statements": listed,
               "cpu_ms": {method: round(statistics.median(values) * 1000, 3) for method, values in cpu.items()}}
     for method, texts in listed.items():
         log(f"statements of a claim's {method} ({len(texts)}):")
         for text in texts:
-            log(f"    {text[:200]}")
+            log(f"    {text[:160]}{' ' + text[text.index(' [+'):] if ' [+' in text else ''}")
     log(f"in-process CPU per request, median of {args.statement_claims}: {result['cpu_ms']}")
     return result
 
