@@ -492,5 +492,5 @@ def generate(url: str, spec: Spec, *, placement_only: bool = False, log=lambda m
     if not placement_only:
         migrate.upgrade(engine)
     _analyze(engine)
-    db.dispose()
+    engine.dispose()  # its connections closed, not left to the collector: a template must have none
     return Result(summaries, time.perf_counter() - started, dict(sink.written), not placement_only)
