@@ -355,9 +355,16 @@ def _update_row(conn: Connection, provider: ProviderRecord, name: str,
         clash = conn.execute(sa.select(RP.c.id).where(RP.c.name == name, RP.c.id != provider.id)).first()
         if clash is not None:
             raise domain.rename_conflict(name)
-    values: dict = {"name": name, "updated_at": utcnow()}
+    values: dict = {"name": name}
     if placement is not None:
         values.update(parent_provider_id=placement.parent_id, root_provider_id=placement.root_id)
+    current = {"name": provider.name, "parent_provider_id": provider.parent_id,
+               "root_provider_id": provider.root_id}
+    if all(current[column] == value for column, value in values.items()):
+        # Nothing changes: no write, and the update time stays (Placement's
+        # ORM writes nothing either, so a child never changed keeps none).
+        return
+    values["updated_at"] = utcnow()
     try:
         conn.execute(sa.update(RP).where(RP.c.id == provider.id).values(**values))
     except sa.exc.IntegrityError:

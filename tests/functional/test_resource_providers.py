@@ -539,6 +539,29 @@ def test_update_is_last_modified_at_the_update_before(api, app):
     assert resp.headers["Last-Modified"] == "Sat, 03 Feb 2001 04:05:06 GMT"
 
 
+def test_an_update_that_changes_nothing_is_no_write(api, app):
+    """Placement writes nothing when the name and place stay (its ORM sees no
+    change), so a child never changed still has no update time for the next
+    answer: no Last-Modified, however often it is sent (also after setting
+    the parent it already has)."""
+    root = create(api, "root")["uuid"]
+    child = create(api, "child", parent=root)["uuid"]
+    same_parent = api.put(f"/resource_providers/{child}", json={"name": "child", "parent_provider_uuid": root},
+                          version="1.24")
+    assert same_parent.status == 200 and "Last-Modified" not in same_parent.headers
+    for _ in range(2):
+        resp = api.put(f"/resource_providers/{child}", json={"name": "child"}, version="1.21")
+        assert resp.status == 200 and "Last-Modified" not in resp.headers, resp
+    with app.db.read() as conn:
+        assert conn.execute(sa.select(tables.resource_providers.c.updated_at)
+                            .where(tables.resource_providers.c.uuid == child)).scalar() is None
+    # A real change is written, and the next answer carries its time.
+    assert "Last-Modified" not in api.put(f"/resource_providers/{child}", json={"name": "renamed"},
+                                          version="1.21").headers
+    assert re.match(HTTP_DATE, api.put(f"/resource_providers/{child}", json={"name": "renamed"},
+                                       version="1.21").headers["Last-Modified"])
+
+
 def test_rename_to_a_taken_name_is_409(api):
     create(api, "taken")
     uuid = create(api, "mine")["uuid"]
