@@ -45,6 +45,7 @@ from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
 from allotment.domain.provider_tree import ProviderSnapshot
 from allotment.domain.request_groups import (
+    NESTED_AWARE_VERSION,
     AllocationCandidatesRequest,
     allocation_candidates_query_schema,
     parse_allocation_candidates,
@@ -204,8 +205,14 @@ def _ends_before(req: Request, conn, request: AllocationCandidatesRequest, names
 
 def _finds_nothing(req: Request, conn, request: AllocationCandidatesRequest, group) -> bool:
     """Whether ``group`` (whose names all exist), searched alone with the
-    request-wide filters, has no candidate at all."""
-    alone = dataclasses.replace(request, groups=(group,), group_policy=None, same_subtrees=(), limit=1)
+    request-wide filters, has no candidate at all.
+
+    Before 1.29 Placement leaves out the candidates that use more than one
+    provider of a tree only after every group was searched, so a group's
+    own search sees the trees whole (its early end depends on that).
+    """
+    alone = dataclasses.replace(request, groups=(group,), group_policy=None, same_subtrees=(), limit=1,
+                                version=max(request.version, NESTED_AWARE_VERSION))
     names = db.resolve_names(conn, alone)
     candidates = db.load_candidates(conn, alone, names, wanted=_wanted(req, alone))
     return not _solve(req, alone, candidates).allocation_requests

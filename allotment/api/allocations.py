@@ -256,9 +256,7 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
         req.app.db.run_write(work, retry_on=db.RETRY_ON,
                              retries=req.app.conf.placement.allocation_conflict_retry_count)
     except db.ProviderNotFound:
-        # Refused, but the new consumers stay (generation 0), as in Placement.
-        req.app.db.run_write(lambda conn: db.keep_new_consumers(conn, requests, incomplete_owner=owner),
-                             retry_on=(db.consumers.RecordRace,), retries=1)
+        keep_new_consumers(req, requests)
         raise
     except db.ResourceClassNotFound as error:
         raise HTTPError(400, class_not_found(error.message)) from None
@@ -269,6 +267,15 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     except domain.ConcurrentUpdate as error:
         raise HTTPError(409, "Inventory and/or allocations changed while attempting to allocate: "
                              f"{error.message}", code=domain.CONCURRENT_UPDATE) from None
+
+
+def keep_new_consumers(req: Request, requests: list[db.ConsumerAllocations]) -> None:
+    """After a write refused for an unknown provider: the new consumers stay
+    (generation 0), as in Placement, which records them before it looks the
+    providers up."""
+    req.app.db.run_write(
+        lambda conn: db.keep_new_consumers(conn, requests, incomplete_owner=_incomplete_owner(req)),
+        retry_on=(db.consumers.RecordRace,), retries=1)
 
 
 def set_allocations_for_consumer(req: Request) -> webob.Response:

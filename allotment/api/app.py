@@ -477,7 +477,6 @@ def _not_acceptable_explanation(environ: dict) -> str:
 # carries Vary like any answer of theirs); elsewhere the lookup's NotFound
 # escapes the handler and the 404 carries the version header only.
 _NOT_FOUND_ANSWERED = frozenset({
-    "resource_classes:update_resource_class",
     "traits:list_traits_for_resource_provider", "traits:get_trait", "traits:delete_trait",
     "usages:list_usages",
     "resource_providers:delete_resource_provider",

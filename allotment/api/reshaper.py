@@ -7,16 +7,25 @@ the body of ``POST /allocations`` at the same microversion (consumer
 generations required; ``mappings`` accepted from 1.34; ``consumer_type``
 required from 1.38), except that it may be empty.
 
-The statuses tell a client what to do next, so they are Placement's:
+The statuses and codes tell a client what to do next, so they are
+Placement's, and so is the order of the checks (:mod:`allotment.db.reshaper`):
 
+* 400 ``placement.resource_provider.not_found``: a provider listed under
+  ``inventories`` does not exist;
 * 409 ``placement.concurrent_update``: a provider or consumer changed since
   the client read it (re-read, recompute, retry);
-* 409 ``placement.inventory.inuse``: the final state leaves allocations on
-  inventory that no longer exists;
-* 409 (``Unable to allocate inventory``): an allocation does not fit its
-  new inventory;
-* 400 ``placement.resource_provider.not_found``: a provider does not exist;
-* 400 for anything malformed, including unknown resource classes.
+* 400 (no code): an allocation names a provider that does not exist; new
+  consumers are kept, as ``POST /allocations`` keeps them;
+* 400 ``malformed reshaper data``: an unknown resource class;
+* 409 (``Unable to allocate inventory``, no code): an allocation does not
+  fit the inventory it draws on while both old and new records are there;
+* 409 ``placement.inventory.inuse``: the final inventory leaves allocations
+  on a class that no longer exists (nova's report client looks for this
+  code when it reshapes).
+
+Like Placement, the reshaper does not refuse an inventory whose reserved
+amount exceeds its total (``PUT .../inventories`` does): such a record
+simply has no room for allocations.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from allotment.api.microversion import Versioned
 from allotment.db import allocations as allocations_db
 from allotment.db import reshaper as db
 from allotment.domain import errors as domain
-from allotment.domain.inventories import Inventory, InvalidInventoryCapacity, check_capacity
+from allotment.domain.inventories import Inventory
 
 # -- JSON schemas ---------------------------------------------------------
 
@@ -74,17 +83,11 @@ SCHEMAS = Versioned({"1.30": RESHAPER_SCHEMA_V1_30, "1.34": RESHAPER_SCHEMA_V1_3
 
 
 def _inventories(data: dict) -> list[db.ProviderInventories]:
-    """The providers' new inventories; records that leave no capacity are refused.
-
-    Every reshape is at 1.26 or later, where reserved may equal total.
-    """
-    result = []
-    for uuid, entry in data.items():
-        records = {name: Inventory.from_fields(name, fields)
-                   for name, fields in entry["inventories"].items()}
-        check_capacity(records.values(), uuid, reserved_may_equal_total=True)
-        result.append(db.ProviderInventories(uuid, entry["resource_provider_generation"], records))
-    return result
+    """The providers' new inventories, in body order (the order of the checks)."""
+    return [db.ProviderInventories(uuid, entry["resource_provider_generation"],
+                                   {name: Inventory.from_fields(name, fields)
+                                    for name, fields in entry["inventories"].items()})
+            for uuid, entry in data.items()]
 
 
 def _allocations(req: Request, data: dict) -> list[allocations_db.ConsumerAllocations]:
@@ -104,10 +107,7 @@ def _allocations(req: Request, data: dict) -> list[allocations_db.ConsumerAlloca
 def reshape(req: Request) -> webob.Response:
     """POST /reshaper: 204, or the error that says whether to re-read first."""
     data = json_body(req)
-    try:
-        inventories = _inventories(data["inventories"])
-    except InvalidInventoryCapacity as error:
-        raise _unable_to_allocate(error) from None
+    inventories = _inventories(data["inventories"])
     allocations = _allocations(req, data["allocations"])
     owner = allocations_api._incomplete_owner(req)
 
@@ -122,8 +122,9 @@ def reshape(req: Request) -> webob.Response:
     except db.ProviderNotFound as error:
         raise HTTPError(400, f"Resource provider {error.uuid} in inventories not found: {error.message}",
                         code=domain.RESOURCE_PROVIDER_NOT_FOUND) from None
-    except allocations_db.ProviderNotFound as error:
-        raise HTTPError(400, error.message, code=domain.RESOURCE_PROVIDER_NOT_FOUND) from None
+    except allocations_db.ProviderNotFound:
+        allocations_api.keep_new_consumers(req, allocations)
+        raise
     except (db.ProviderGenerationMismatch, allocations_db.ConsumerGenerationConflict):
         raise
     except domain.ConcurrentUpdate as error:
@@ -131,11 +132,7 @@ def reshape(req: Request) -> webob.Response:
     except domain.InventoryInUse as error:
         raise HTTPError(409, f"update conflict: {error.message}", code=domain.INVENTORY_INUSE) from None
     except allocations_db.InvalidInventory as error:
-        raise _unable_to_allocate(error) from None
+        raise HTTPError(409, f"Unable to allocate inventory: {error.message}") from None
     except (allocations_db.ResourceClassNotFound, domain.NotFound) as error:
         raise HTTPError(400, f"malformed reshaper data: {error.message}") from None
     return no_content(req)
-
-
-def _unable_to_allocate(error: domain.PlacementError) -> HTTPError:
-    return HTTPError(409, f"Unable to allocate inventory: {error.message}")

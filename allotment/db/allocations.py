@@ -17,7 +17,7 @@ reshaper, and runs these steps, in this order:
    (``generations.bump_providers``), then every consumer's (or create it);
 5. delete the consumers' old allocation rows (by primary key) and insert the
    new ones;
-6. check capacity (``check_capacity``) against the provider state *after*
+6. check capacity against the provider state *after*
    the write: inventory present, ``min_unit`` / ``max_unit`` / ``step_size``
    for each amount, and ``used <= (total - reserved) * allocation_ratio``
    unless the write does not increase the usage of that class on that
@@ -62,16 +62,11 @@ generation is stale and the client must re-read (``ConsumerConflict``,
 For the reshaper
 ----------------
 A reshape changes inventories and allocations of several providers in one
-transaction, and capacity can only be judged when everything is in its final
-place.  Inside its own transaction it may call, in any order and any number
-of times::
-
-    result = write_allocations(conn, requests, incomplete_owner=..., check_capacity=False)
-    ...  # change inventories
-    check_capacity(conn, result.claims)
-
-``check_capacity`` re-reads the inventories and usage of the claimed
-providers, so it sees every change the transaction made before it.
+transaction.  As Placement does, it checks the consumers and providers
+first (``check_consumers_and_providers``, which writes nothing), then
+widens the inventories, then calls ``write_allocations`` (capacity checked
+against the widened inventories), and narrows the inventories last
+(:mod:`allotment.db.reshaper`).
 """
 
 from __future__ import annotations
@@ -221,7 +216,6 @@ class WriteResult:
 
 def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
                       incomplete_owner: tuple[str, str],
-                      check_capacity: bool = True,
                       lock_first: Iterable[int] = ()) -> WriteResult:
     """Replace the allocations of every consumer in ``requests`` (see the module doc).
 
@@ -234,21 +228,13 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     the transaction's first write call.
     """
     generations.lock_providers(conn, lock_first)
-    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
-    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
-    found = _read_for_write(conn, requests, wanted, names, incomplete_owner)
+    found, names = _read_and_check(conn, requests, incomplete_owner)
     existing, old_rows, by_uuid, by_id, class_ids = (found.consumers, found.old_rows, found.providers,
                                                      found.generations, found.class_ids)
     emptied = {r.consumer_uuid for r in requests if not r.resources}
     # Placement bumps the providers a consumer is emptied from, not those
     # it merely moves away from.
     release_ids = {row.provider_id for row in old_rows if row.consumer_uuid in emptied}
-    # Placement checks the consumers' generations before it looks the
-    # providers up (see ``keep_new_consumers``).
-    _check_consumer_generations(requests, existing)
-    for uuid in wanted:
-        if uuid not in by_uuid:
-            raise ProviderNotFound(uuid)
     for name in names:
         if name not in class_ids:
             raise ResourceClassNotFound(name)
@@ -281,9 +267,35 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
             for c in claims
         ])
     growth = _growth(claims, old_rows)
-    if check_capacity:
-        _check_claims(conn, claims, after_write=True, growth=growth)
+    _check_claims(conn, claims, after_write=True, growth=growth)
     return WriteResult(claims, bumped, growth)
+
+
+def check_consumers_and_providers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
+                                  incomplete_owner: tuple[str, str]) -> None:
+    """The first checks of ``write_allocations``, alone and writing nothing:
+    the consumers' generations, then the providers named.
+
+    For the reshaper, where Placement makes them before it touches any
+    inventory (and so before an unknown inventory class is noticed).
+    """
+    _read_and_check(conn, requests, incomplete_owner)
+
+
+def _read_and_check(conn: Connection, requests: Sequence[ConsumerAllocations],
+                    incomplete_owner: tuple[str, str]) -> tuple[_Found, list[str]]:
+    """Everything ``write_allocations`` reads, with the consumers' generations
+    and the providers checked; also the class names asked for, in order."""
+    wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
+    names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
+    found = _read_for_write(conn, requests, wanted, names, incomplete_owner)
+    # Placement checks the consumers' generations before it looks the
+    # providers up (see ``keep_new_consumers``).
+    _check_consumer_generations(requests, found.consumers)
+    for uuid in wanted:
+        if uuid not in found.providers:
+            raise ProviderNotFound(uuid)
+    return found, names
 
 
 def keep_new_consumers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
@@ -315,19 +327,6 @@ def _growth(claims: Sequence[Claim], old_rows: Sequence[_OldRow]) -> dict[tuple[
         if key in growth:
             growth[key] -= row.amount
     return growth
-
-
-def check_capacity(conn: Connection, claims: Iterable[Claim],
-                   growth: Mapping[tuple[int, int], int] | None = None) -> None:
-    """Verify that written claims fit their providers as they are now.
-
-    For each claim: the provider has inventory of the class, the amount
-    respects ``min_unit`` / ``max_unit`` / ``step_size``, and the provider's
-    total usage of the class (which includes the claim) is within capacity,
-    or (with ``growth``, a ``WriteResult``'s) the write did not increase it.
-    One query, whatever the number of claims.
-    """
-    _check_claims(conn, list(claims), after_write=True, growth=growth)
 
 
 class _OldRow(NamedTuple):

@@ -35,8 +35,7 @@ API for other writers
     Allocations left on classes the provider no longer has inventory of.
     A multi-provider writer that moves allocations in the same transaction
     (the reshaper) passes ``check_in_use=False`` above and calls this once
-    at the end, when allocations have reached their final places;
-    ``check_no_allocations_without_inventory`` raises the in-use error.
+    at the end, when allocations have reached their final places.
 
 ``add_inventory``, ``update_inventory``, ``delete_inventory``
     The single-class writes behind POST / PUT / DELETE
@@ -171,14 +170,6 @@ def classes_without_inventory(conn: Connection, provider_ids: Iterable[int]) -> 
     for provider_id, _class_id, name in rows:
         orphans.setdefault(provider_id, []).append(name)
     return orphans
-
-
-def check_no_allocations_without_inventory(conn: Connection, providers: Mapping[int, str]) -> None:
-    """Raise ``InventoryInUse`` if any of ``providers`` ({id: uuid}) has
-    allocations on a class it no longer has inventory of."""
-    orphans = classes_without_inventory(conn, providers)
-    for provider_id in sorted(orphans):
-        raise in_use(orphans[provider_id], providers[provider_id])
 
 
 # -- writing --------------------------------------------------------------

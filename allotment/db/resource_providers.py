@@ -32,7 +32,7 @@ it, and clients pass generations they read before a re-parent.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -51,6 +51,7 @@ from allotment.domain.errors import (
     Conflict,
     NotFound,
 )
+from allotment.domain.inventories import ResourceClassNotFound
 from allotment.domain.request_groups import AggregateExpression, TraitExpression
 from allotment.domain.resource_providers import ProviderFilters, ProviderRecord
 
@@ -118,10 +119,25 @@ def get(conn: Connection, uuid: str) -> ProviderRecord:
 def list_providers(conn: Connection, filters: ProviderFilters) -> list[ProviderRecord]:
     """Providers matching every filter, in creation order (one query after name lookups).
 
-    Raises ``ResourceClassNotFound`` or ``UnknownTraits`` for names that do
-    not exist.
+    Raises ``UnknownTraits`` or ``ResourceClassNotFound`` for names that do
+    not exist, unless Placement's search would have ended with nothing
+    before it looked that name up (:func:`_ends_before`).
     """
-    class_ids = resource_class_ids(conn, filters.resources)
+    traits, aggregates = filters.traits, filters.aggregates
+    trait_ids = _trait_ids(conn, traits)
+    try:
+        class_ids = resource_class_ids(conn, filters.resources)
+    except ResourceClassNotFound as error:
+        class_ids, unknown_class = {}, error
+    else:
+        unknown_class = None
+    required_unknown = _unknown(TraitExpression(required=traits.required), trait_ids)
+    unknown = required_unknown or _unknown(traits, trait_ids) or unknown_class
+    if unknown is not None:
+        if _ends_before(conn, filters, trait_ids, unknown is required_unknown,
+                        unknown is unknown_class):
+            return []
+        raise unknown
     query = _select().order_by(RP.c.id)
     if filters.name is not None:
         query = query.where(RP.c.name == filters.name)
@@ -135,11 +151,36 @@ def list_providers(conn: Connection, filters: ProviderFilters) -> list[ProviderR
                                    sa.and_(RP.c.root_provider_id.is_(None), RP.c.id == root)))
     for name, amount in filters.resources.items():
         query = query.where(RP.c.id.in_(_providers_fitting(class_ids[name], amount)))
-    if filters.traits:
-        query = query.where(*_trait_conditions(conn, filters.traits))
-    if filters.aggregates:
-        query = query.where(*_aggregate_conditions(filters.aggregates))
+    query = query.where(*_trait_conditions(traits, trait_ids), *_aggregate_conditions(aggregates))
     return [ProviderRecord(*row) for row in conn.execute(query)]
+
+
+def _ends_before(conn: Connection, filters: ProviderFilters, trait_ids: Mapping[str, int],
+                 required_name: bool, class_name: bool) -> bool:
+    """Whether Placement's search ends with nothing before it reaches an
+    unknown name: of a required trait (``required_name``), a forbidden
+    trait, or (``class_name``) a resource class.
+
+    Placement takes the filters in this order and stops at the first that
+    no provider at all meets, before it looks up the later names: an
+    unknown ``in_tree`` provider; the required traits (their names first);
+    the forbidden traits' names; ``member_of``; the resource classes.  (So
+    ``required=<a trait no provider has>`` with an unknown class is an
+    empty list, not a 400.)  Asked only when a name is unknown: otherwise
+    the search itself finds nothing in the same cases.
+    """
+    enders: list[list[sa.ColumnElement[bool]]] = []
+    if filters.in_tree is not None:
+        enders.append([RP.c.uuid == filters.in_tree])
+    if not required_name and filters.traits.required:
+        enders.append(_trait_conditions(TraitExpression(required=filters.traits.required), trait_ids))
+    if class_name and filters.aggregates.required:
+        enders.append(_aggregate_conditions(AggregateExpression(required=filters.aggregates.required)))
+    if not enders:
+        return False
+    met = conn.execute(sa.select(*(sa.exists(sa.select(RP.c.id).where(*conditions))
+                                   for conditions in enders))).one()
+    return not all(met)
 
 
 def _providers_fitting(class_id: int, amount: int) -> sa.Select:
@@ -166,13 +207,20 @@ def _providers_fitting(class_id: int, amount: int) -> sa.Select:
                    used + requested <= (INV.c.total - INV.c.reserved) * INV.c.allocation_ratio))
 
 
-def _trait_conditions(conn: Connection, traits: TraitExpression) -> list[sa.ColumnElement[bool]]:
+def _trait_ids(conn: Connection, traits: TraitExpression) -> dict[str, int]:
+    """The ids of the traits named that exist, in one query."""
     names = traits.names()
-    ids = {trait.name: trait.id for trait in list_traits(conn, names=sorted(names))}
-    missing = sorted(traits.unknown(ids))
-    if missing:
-        raise UnknownTraits(f"No such trait(s): {', '.join(missing)}.")
+    if not names:
+        return {}
+    return {trait.name: trait.id for trait in list_traits(conn, names=sorted(names))}
 
+
+def _unknown(traits: TraitExpression, ids: Mapping[str, int]) -> UnknownTraits | None:
+    missing = sorted(traits.unknown(ids))
+    return UnknownTraits(f"No such trait(s): {', '.join(missing)}.") if missing else None
+
+
+def _trait_conditions(traits: TraitExpression, ids: Mapping[str, int]) -> list[sa.ColumnElement[bool]]:
     def having_any(any_of: Iterable[str]) -> sa.Select:
         return sa.select(RP_TRAITS.c.resource_provider_id).where(
             RP_TRAITS.c.trait_id.in_(sorted(ids[name] for name in any_of)))
@@ -307,9 +355,16 @@ def _update_row(conn: Connection, provider: ProviderRecord, name: str,
         clash = conn.execute(sa.select(RP.c.id).where(RP.c.name == name, RP.c.id != provider.id)).first()
         if clash is not None:
             raise domain.rename_conflict(name)
-    values: dict = {"name": name, "updated_at": utcnow()}
+    values: dict = {"name": name}
     if placement is not None:
         values.update(parent_provider_id=placement.parent_id, root_provider_id=placement.root_id)
+    current = {"name": provider.name, "parent_provider_id": provider.parent_id,
+               "root_provider_id": provider.root_id}
+    if all(current[column] == value for column, value in values.items()):
+        # Nothing changes: no write, and the update time stays (Placement's
+        # ORM writes nothing either, so a child never changed keeps none).
+        return
+    values["updated_at"] = utcnow()
     try:
         conn.execute(sa.update(RP).where(RP.c.id == provider.id).values(**values))
     except sa.exc.IntegrityError:

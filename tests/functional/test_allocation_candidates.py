@@ -491,6 +491,21 @@ def test_a_group_that_finds_nothing_ends_the_search_before_later_names_are_check
                "No such resource class CUSTOM_NOPE.")
 
 
+def test_before_1_29_a_group_met_only_across_a_tree_does_not_end_the_search(api, cloud):
+    """Placement leaves out candidates spread over a tree (before 1.29) only
+    after every group was searched: a group met only that way still lets
+    the search reach a later group's unknown class (checked against the
+    reference: a 400 there, where a group met nowhere gives an empty 200)."""
+    cloud.provider("cn1", inventories={"VCPU": {"total": 8}})
+    cloud.provider("numa", parent="cn1", inventories={"MEMORY_MB": {"total": 8}})
+    assert_400(api, "resources=VCPU:8,MEMORY_MB:1&resources1=CUSTOM_NOPE:1&group_policy=none",
+               "No such resource class CUSTOM_NOPE.", version="1.28")
+    assert candidates(api, "resources=VCPU:8,MEMORY_MB:1", version="1.28") == {
+        "allocation_requests": [], "provider_summaries": {}}
+    assert candidates(api, "resources=VCPU:9,MEMORY_MB:1&resources1=CUSTOM_NOPE:1&group_policy=none",
+                      version="1.28") == {"allocation_requests": [], "provider_summaries": {}}
+
+
 def test_no_root_meeting_root_required_ends_the_search_before_any_group_name(api, cloud):
     cloud.provider("cn1", inventories=COMPUTE, traits=("HW_CPU_X86_AVX",))
     empty = {"allocation_requests": [], "provider_summaries": {}}

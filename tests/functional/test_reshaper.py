@@ -436,11 +436,28 @@ def test_unknown_provider_in_inventories_is_400(app, api, scene):
 
 
 def test_unknown_provider_in_allocations_is_400(app, api, scene):
+    # Placement words it as POST /allocations does, without a specific code.
     payload = scene.payload()
     missing = new_uuid()
     payload["allocations"][scene.instances[0]]["allocations"][missing] = {"resources": {"VCPU": 1}}
-    _refused(app, api, payload, 400, missing, code="placement.resource_provider.not_found",
-             version="1.30")
+    _refused(app, api, payload, 400, f"Allocation for resource provider '{missing}' that does not exist.",
+             code="placement.undefined_code", version="1.30")
+
+
+def test_unknown_provider_in_allocations_keeps_the_new_consumers(api, scene):
+    """As POST /allocations: Placement records new consumers before it looks
+    the providers up, and this refusal leaves them (generation 0)."""
+    payload = scene.payload()
+    newcomer = new_uuid()
+    payload["allocations"][newcomer] = consumer_entry({new_uuid(): {"VCPU": 1}}, None)
+    assert_error(api.post("/reshaper", json=payload), 400, "that does not exist")
+    r = api.put(f"/allocations/{newcomer}", version="1.30",
+                json=consumer_entry({scene.compute: {"VCPU": 1}}, None))
+    assert_error(r, 409, "consumer generation conflict - expected 0 but got None",
+                 code="placement.concurrent_update")
+    r = api.put(f"/allocations/{newcomer}", version="1.30",
+                json=consumer_entry({scene.compute: {"VCPU": 1}}, 0))
+    assert r.status == 204, r
 
 
 def test_unknown_resource_class_is_400(app, api, scene):
@@ -492,6 +509,100 @@ def test_inventory_left_in_use_is_409(app, api, scene):
              f"'{scene.compute}' in use.", code="placement.inventory.inuse", version="1.30")
 
 
+def test_allocations_rewritten_in_place_on_removed_inventory_are_in_use(app, api, scene):
+    """Nova's case: the consumers are listed with the allocations they hold,
+    unchanged, while the inventory under them goes away.  They fit the
+    inventory as it was, so the answer is the in-use code nova looks for,
+    not a capacity error."""
+    payload = scene.payload()
+    for instance in scene.instances:
+        payload["allocations"][instance] = consumer_entry({scene.compute: {"VCPU": 2, "VGPU": 2}},
+                                                          consumer_generation(api, instance))
+    _refused(app, api, payload, 409, "update conflict: Inventory for 'VGPU' on resource provider "
+             f"'{scene.compute}' in use.", code="placement.inventory.inuse", version="1.30")
+
+
+def test_allocations_on_an_emptied_provider_are_in_use(app, api, scene):
+    """A child emptied of inventory while its consumer keeps its allocations
+    there; the classes are listed in class-id order."""
+    assert api.post("/reshaper", json=scene.payload()).status == 204
+    put_inventories(api, scene.compute, {"VCPU": {"total": 16}, "MEMORY_MB": {"total": 4096}})
+    instance = scene.instances[0]
+    allocate(api, instance, {scene.compute: {"VCPU": 2}, scene.gpu0: {"VGPU": 2}},
+             generation=consumer_generation(api, instance))
+    payload = {
+        "inventories": {scene.gpu0: {"resource_provider_generation": generation(api, scene.gpu0),
+                                     "inventories": {}}},
+        "allocations": {instance: consumer_entry({scene.compute: {"VCPU": 2}, scene.gpu0: {"VGPU": 2}},
+                                                 consumer_generation(api, instance))},
+    }
+    _refused(app, api, payload, 409, f"Inventory for 'VGPU' on resource provider '{scene.gpu0}' in use.",
+             code="placement.inventory.inuse", version="1.30")
+
+
+def test_allocation_moved_onto_a_class_going_away_is_in_use(app, api, scene):
+    """A new allocation of a class the same reshape removes fits the old
+    record, so the refusal is the in-use one."""
+    payload = scene.payload()
+    newcomer = new_uuid()
+    payload["allocations"][newcomer] = consumer_entry({scene.compute: {"VGPU": 1}}, None)
+    # VGPU leaves the compute node (payload), yet the newcomer asks for it there.
+    _refused(app, api, payload, 409, f"Inventory for 'VGPU' on resource provider '{scene.compute}' in use.",
+             code="placement.inventory.inuse", version="1.30")
+
+
+def test_in_use_names_the_first_provider_of_the_body(app, api, scene):
+    """Two providers left in use: the error names the one listed first."""
+    assert api.post("/reshaper", json=scene.payload()).status == 204
+    for first, second in ((scene.gpu1, scene.compute), (scene.compute, scene.gpu1)):
+        payload = {"inventories": {
+            first: {"resource_provider_generation": generation(api, first), "inventories": {}},
+            second: {"resource_provider_generation": generation(api, second), "inventories": {}},
+        }, "allocations": {}}
+        held_classes = "VGPU" if first == scene.gpu1 else "VCPU"
+        _refused(app, api, payload, 409, f"Inventory for '{held_classes}' on resource provider '{first}' in use.",
+                 code="placement.inventory.inuse", version="1.30")
+
+
+def test_capacity_of_an_emptied_provider_is_judged_on_its_old_inventory(app, api, scene):
+    """A provider emptied by the reshape still has its old records when the
+    allocations are checked: more than they hold is a capacity error."""
+    payload = {
+        "inventories": {scene.compute: {"resource_provider_generation": generation(api, scene.compute),
+                                        "inventories": {}}},
+        "allocations": {scene.instances[0]: consumer_entry(
+            {scene.compute: {"VCPU": 2, "VGPU": 3}}, consumer_generation(api, scene.instances[0]))},
+    }
+    _refused(app, api, payload, 409, "Unable to allocate inventory: Unable to create allocation for 'VGPU' "
+             f"on resource provider '{scene.compute}'. The requested amount would exceed the capacity.",
+             code="placement.undefined_code", version="1.30")
+
+
+def test_consumer_generations_are_checked_before_inventory_classes(app, api, scene):
+    payload = scene.payload()
+    payload["inventories"][scene.gpu0]["inventories"]["CUSTOM_NOT_THERE"] = {"total": 1}
+    payload["allocations"][scene.instances[1]]["consumer_generation"] = 99
+    _refused(app, api, payload, 409, "consumer generation conflict - expected 1 but got 99",
+             code="placement.concurrent_update", version="1.30")
+
+
+def test_allocation_providers_are_checked_before_inventory_classes(app, api, scene):
+    payload = scene.payload()
+    payload["inventories"][scene.gpu0]["inventories"]["CUSTOM_NOT_THERE"] = {"total": 1}
+    missing = new_uuid()
+    payload["allocations"][scene.instances[0]]["allocations"][missing] = {"resources": {"VCPU": 1}}
+    _refused(app, api, payload, 400, f"Allocation for resource provider '{missing}' that does not exist.",
+             version="1.30")
+
+
+def test_inventory_classes_are_checked_before_allocation_classes(app, api, scene):
+    payload = scene.payload()
+    payload["inventories"][scene.gpu0]["inventories"]["CUSTOM_NOT_THERE"] = {"total": 1}
+    payload["allocations"][scene.instances[0]]["allocations"][scene.gpu0]["resources"]["CUSTOM_NOR_THIS"] = 1
+    _refused(app, api, payload, 400, "malformed reshaper data: No such resource class CUSTOM_NOT_THERE.",
+             version="1.30")
+
+
 def test_allocations_over_capacity_is_409(app, api, scene):
     payload = scene.payload()
     payload["inventories"][scene.gpu0]["inventories"]["VGPU"]["total"] = 1
@@ -513,11 +624,24 @@ def test_allocation_on_class_without_inventory_is_409(app, api, scene):
              f"Inventory for 'VGPU' on resource provider '{scene.gpu1}' invalid.")
 
 
-def test_reserved_above_total_is_409(app, api, scene):
+def test_reserved_above_total_leaves_no_room(app, api, scene):
+    """Unlike PUT .../inventories, Placement's reshaper takes a record whose
+    reserved amount exceeds its total; nothing can be allocated from it."""
     payload = scene.payload()
     payload["inventories"][scene.gpu1]["inventories"]["VGPU"]["reserved"] = 3
-    _refused(app, api, payload, 409, "Unable to allocate inventory",
-             "The reserved value is greater than total")
+    _refused(app, api, payload, 409, "Unable to allocate inventory: Unable to create allocation for 'VGPU' "
+             f"on resource provider '{scene.gpu1}'. The requested amount would exceed the capacity.")
+    del payload["allocations"][scene.instances[1]]
+    payload["inventories"][scene.compute]["inventories"]["VGPU"] = {"total": 4}
+    r = api.post("/reshaper", json=payload)
+    assert r.status == 204, r
+    record = api.get(f"/resource_providers/{scene.gpu1}/inventories/VGPU").json
+    assert (record["total"], record["reserved"]) == (2, 3)
+    r = api.get("/allocation_candidates?resources=VGPU:1", version="1.30")
+    assert r.status == 200, r
+    assert all(scene.gpu1 not in candidate["allocations"] for candidate in r.json["allocation_requests"])
+    # Shown as Placement shows it: a negative capacity.
+    assert r.json["provider_summaries"][scene.gpu1]["resources"]["VGPU"] == {"capacity": -1, "used": 0}
 
 
 def test_failure_after_everything_was_written_changes_nothing(app, api, scene):

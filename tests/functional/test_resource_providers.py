@@ -414,6 +414,60 @@ def test_filters_combine(api):
     assert listed(api, query + "&name=root") == set()
 
 
+# Placement ends its search with nothing as soon as one filter matches no
+# provider at all, before it looks up the names of the later ones; in its
+# order: in_tree, the required traits, the forbidden traits' names,
+# member_of, the resource classes (checked against the reference).
+NO_PROVIDER = "in_tree=00000000-0000-4000-8000-000000000000"
+AGG_C = "5c5b1c4e-56a2-4b4e-9c5e-3a4bb1a2d0c7"
+
+
+@pytest.mark.parametrize("ending, unknown_after", [
+    # An unknown class is never reached once a filter has emptied the search.
+    ("required=CUSTOM_NO_ONE_HAS_IT", "resources=CUSTOM_GOLD:2"),
+    (f"member_of=in:{AGG_B},{AGG_C}", "resources=CUSTOM_GOLD:2"),
+    (f"required=CUSTOM_NO_ONE_HAS_IT&member_of=in:{AGG_B}", "resources=CUSTOM_GOLD:2"),
+    (NO_PROVIDER, "resources=CUSTOM_GOLD:2"),
+    # Nor an unknown trait after an earlier filter emptied it.
+    (NO_PROVIDER, "required=CUSTOM_NOPE"),
+    ("required=CUSTOM_NO_ONE_HAS_IT", "required=!CUSTOM_NOPE"),
+    (NO_PROVIDER, "required=!CUSTOM_NOPE"),
+])
+def test_a_filter_matching_no_provider_ends_the_search_before_later_names(api, ending, unknown_after):
+    _filtered_scene(api)
+    r = api.get(f"/resource_providers?{ending}&{unknown_after}", version="1.39")
+    assert r.status == 200, r
+    assert r.json == {"resource_providers": []}
+
+
+@pytest.mark.parametrize("query, fragment", [
+    # Filters that end nothing: the unknown name is reported.
+    ("required=STORAGE_DISK_SSD&resources=CUSTOM_GOLD:2", "Invalid resource class in resources parameter"),
+    (f"member_of={AGG_A}&resources=CUSTOM_GOLD:2", "Invalid resource class in resources parameter"),
+    ("uuid=00000000-0000-4000-8000-000000000000&resources=CUSTOM_GOLD:2",
+     "Invalid resource class in resources parameter"),
+    ("name=nobody&required=CUSTOM_NOPE", 'Invalid trait(s) in "required" parameter'),
+    ("required=!STORAGE_DISK_SSD&resources=CUSTOM_GOLD:2", "Invalid resource class in resources parameter"),
+    (f"member_of=!{AGG_A}&resources=CUSTOM_GOLD:2", "Invalid resource class in resources parameter"),
+    # Names are looked up before the search of their own filter, and forbidden
+    # trait names before member_of is searched.
+    ("required=CUSTOM_NOPE&required=CUSTOM_NO_ONE_HAS_IT", 'Invalid trait(s) in "required" parameter'),
+    (f"required=!CUSTOM_NOPE&member_of={AGG_B}", 'Invalid trait(s) in "required" parameter'),
+])
+def test_filters_that_match_a_provider_leave_unknown_names_reported(api, query, fragment):
+    _filtered_scene(api)
+    assert_error(api.get(f"/resource_providers?{query}", version="1.39"), 400, fragment)
+
+
+def _filtered_scene(api):
+    """One provider with a trait, an aggregate and VCPU; CUSTOM_NO_ONE_HAS_IT exists."""
+    assert api.put("/traits/CUSTOM_NO_ONE_HAS_IT").status in (201, 204)
+    uuid = create(api, "filtered")["uuid"]
+    _traits(api, uuid, "STORAGE_DISK_SSD")
+    _with_aggregates(api, uuid, AGG_A)
+    _inventory(api, uuid, VCPU={"total": 4})
+
+
 def _statements(app, work) -> int:
     counter = {"n": 0}
 
@@ -483,6 +537,29 @@ def test_update_is_last_modified_at_the_update_before(api, app):
                      .values(updated_at=datetime.datetime(2001, 2, 3, 4, 5, 6)))
     resp = api.put(f"/resource_providers/{child}", json={"name": "z"}, version="1.29")
     assert resp.headers["Last-Modified"] == "Sat, 03 Feb 2001 04:05:06 GMT"
+
+
+def test_an_update_that_changes_nothing_is_no_write(api, app):
+    """Placement writes nothing when the name and place stay (its ORM sees no
+    change), so a child never changed still has no update time for the next
+    answer: no Last-Modified, however often it is sent (also after setting
+    the parent it already has)."""
+    root = create(api, "root")["uuid"]
+    child = create(api, "child", parent=root)["uuid"]
+    same_parent = api.put(f"/resource_providers/{child}", json={"name": "child", "parent_provider_uuid": root},
+                          version="1.24")
+    assert same_parent.status == 200 and "Last-Modified" not in same_parent.headers
+    for _ in range(2):
+        resp = api.put(f"/resource_providers/{child}", json={"name": "child"}, version="1.21")
+        assert resp.status == 200 and "Last-Modified" not in resp.headers, resp
+    with app.db.read() as conn:
+        assert conn.execute(sa.select(tables.resource_providers.c.updated_at)
+                            .where(tables.resource_providers.c.uuid == child)).scalar() is None
+    # A real change is written, and the next answer carries its time.
+    assert "Last-Modified" not in api.put(f"/resource_providers/{child}", json={"name": "renamed"},
+                                          version="1.21").headers
+    assert re.match(HTTP_DATE, api.put(f"/resource_providers/{child}", json={"name": "renamed"},
+                                       version="1.21").headers["Last-Modified"])
 
 
 def test_rename_to_a_taken_name_is_409(api):

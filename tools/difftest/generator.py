@@ -52,6 +52,8 @@ class Model:
         self.custom_traits: set[str] = set()
         self.aggregates: list[str] = [str(uuidlib.UUID(int=rng.getrandbits(128))) for _ in range(4)]
         self.consumers: dict[str, int | None] = {}  # uuid -> generation (None: unknown/new)
+        # uuid -> {provider: {class: amount}} as last seen or written (for reshapes that move them).
+        self.holdings: dict[str, dict[str, dict[str, int]]] = {}
         # New consumers whose first write failed, in the order seen (a dict: ordered).
         self.refused_consumers: dict[str, None] = {}
         self.projects = ["proj-a", "proj-b", "proj-c"]
@@ -121,19 +123,60 @@ class Model:
                 consumer = parts[1]
                 if method == "GET" and ok and isinstance(body, dict):
                     self.consumers[consumer] = body.get("consumer_generation")
+                    if isinstance(body.get("allocations"), dict):
+                        self.hold(consumer, body["allocations"])
                 elif method == "PUT" and not ok and consumer not in self.consumers:
                     self.refused_consumers[consumer] = None
                 elif method in ("PUT", "DELETE") and ok:
                     self.consumers[consumer] = None  # learn it from the next GET
+                    self.touched(self.holdings.get(consumer, {}))
                     if method == "DELETE":
                         self.consumers.pop(consumer, None)
+                        self.holdings.pop(consumer, None)
+                    elif isinstance((sent or {}).get("allocations"), dict):
+                        self.touched(sent["allocations"])
+                        self.hold(consumer, sent["allocations"])
             elif method == "POST" and ok:
-                for consumer in (sent or {}):
+                for consumer, entry in (sent or {}).items():
                     self.consumers[consumer] = None
+                    self.touched(self.holdings.get(consumer, {}))
+                    if isinstance(entry, dict) and isinstance(entry.get("allocations"), dict):
+                        self.touched(entry["allocations"])
+                        self.hold(consumer, entry["allocations"])
             elif method == "POST" and isinstance(sent, dict):
                 self.refused_consumers.update((c, None) for c in sent if c not in self.consumers)
+        elif parts[0] == "reshaper" and isinstance(sent, dict):
+            if ok:
+                for rp in sent.get("inventories") or {}:
+                    if rp in self.providers:
+                        self.providers[rp].pop("inventories", None)  # unknown until read
+                        self.providers[rp]["generation"] = None
+                for consumer, entry in (sent.get("allocations") or {}).items():
+                    self.consumers[consumer] = None
+                    self.touched(self.holdings.get(consumer, {}))
+                    self.touched(entry.get("allocations") or {})
+                    self.hold(consumer, entry.get("allocations") or {})
+            elif status == 400 and "that does not exist" in json.dumps(body):
+                # Refused for an unknown provider in the allocations: new consumers stay.
+                self.refused_consumers.update((c, None) for c in sent.get("allocations") or {}
+                                              if c not in self.consumers)
         for ref in self.providers.values():
             ref.setdefault("generation", 0)
+
+    def touched(self, providers) -> None:
+        """An allocation write may have moved these providers' generations: unknown until read."""
+        for rp in providers:
+            if rp in self.providers:
+                self.providers[rp]["generation"] = None
+
+    def hold(self, consumer: str, allocations: dict) -> None:
+        """Record a consumer's allocations ({provider: {"resources": {...}}}); empty: none."""
+        held = {rp: dict(entry["resources"]) for rp, entry in allocations.items()
+                if isinstance(entry, dict) and isinstance(entry.get("resources"), dict)}
+        if held:
+            self.holdings[consumer] = held
+        else:
+            self.holdings.pop(consumer, None)
 
 
 class Generator:
@@ -150,9 +193,12 @@ class Generator:
             (3, self.resource_classes), (3, self.traits),
             (8, self.put_allocations), (3, self.get_allocations), (2, self.delete_allocations),
             (3, self.post_allocations), (6, self.allocation_candidates), (3, self.usages),
-            (2, self.reshaper), (5, self.noise),
+            (4, self.reshaper), (5, self.noise),
         ]
         self.total = sum(weight for weight, _ in self.actions)
+        self.planned_move: tuple | None = None  # a reshape waiting for a generation read
+        self.script: list = []  # the next requests of a reshape scene (callables)
+
 
     # -- helpers -------------------------------------------------------------
     def chance(self, p: float) -> bool:
@@ -206,7 +252,7 @@ class Generator:
         return self.rng.choice(self.model.traits())
 
     def generation(self, rp: str):
-        generation = self.model.providers.get(rp, {}).get("generation", 0)
+        generation = self.model.providers.get(rp, {}).get("generation") or 0
         roll = self.rng.random()
         if roll < 0.07:
             return generation + self.rng.choice([-1, 1, 5])
@@ -478,20 +524,150 @@ class Generator:
         return self.request("GET", "/allocation_candidates?" + urlencode(query), v)
 
     def reshaper(self):
+        """A reshape with the service role (the new defaults want it): mostly
+        one that moves a known consumer's allocations, or part of them, to
+        another provider of the same tree together with the inventory; often
+        spoilt (inventory taken away from under allocations, a stale
+        generation, a class or provider that does not exist, too much asked);
+        sometimes a random one, or one without the service role (403)."""
         v = self.version(30)
+        moves = [c for c in self.model.holdings if self.model.consumers.get(c) is not None]
+        if not moves and self.planned_move is None and self.chance(0.5):
+            return self._reshape_scene()
+        plan, self.planned_move = self.planned_move, None
+        if plan is None and moves and self.chance(0.6):
+            plan = self._plan_move(self.rng.choice(moves))
+        if plan is not None:
+            unknown = [rp for rp in plan[1:3] if self.model.providers.get(rp, {}).get("generation", 0) is None]
+            if unknown and not plan[4]:
+                # Read the generation first (the next request carries out the plan).
+                self.planned_move = plan[:4] + (True,)
+                return self.request("GET", f"/resource_providers/{unknown[0]}", self.version())
+            body = self._moving_reshape(v, *plan[:4])
+        if plan is None or body is None:
+            body = self._random_reshape(v)
+        headers = {"X-Roles": "admin,service"} if self.chance(0.9) else None
+        return self.request("POST", "/reshaper", v, body, headers=headers)
+
+    def _reshape_scene(self) -> dict:
+        """A compute node with a consumer on it and an empty child, then a
+        reshape that moves a class and its allocation to the child (kept
+        valid or spoilt by ``_moving_reshape``): the random stream seldom
+        builds that picture by itself."""
+        root, child, consumer = self.model.new_uuid(), self.model.new_uuid(), self.model.new_uuid()
+        self.model.counter += 1
+        n = self.model.counter
+        v = mv(self.rng.randint(max(self.low, 30), max(self.low, 30, self.high)))
+
+        def inventory():
+            return self.request("PUT", f"/resource_providers/{root}/inventories", v, {
+                "resource_provider_generation": self.generation(root),
+                "inventories": {"VCPU": {"total": 8}, "DISK_GB": {"total": 100}}})
+
+        def allocate():
+            return self.request("PUT", f"/allocations/{consumer}", v, self._consumer_entry(
+                v, consumer, {root: {"VCPU": 1, "DISK_GB": 10}}, None))
+
+        def reshape():
+            held = self.model.holdings.get(consumer, {}).get(root, {})
+            plan = (consumer, root, child, ["DISK_GB"] if "DISK_GB" in held else sorted(held)[:1], False)
+            self.planned_move = plan if held else None
+            return self.reshaper()
+
+        self.script = [
+            lambda: self.request("POST", "/resource_providers", v, {"name": f"scene-child-{n}", "uuid": child,
+                                                                    "parent_provider_uuid": root}),
+            inventory, allocate,
+            lambda: self.request("GET", f"/allocations/{consumer}", v),
+            lambda: self.request("GET", f"/resource_providers/{root}", v),
+            reshape,
+        ]
+        return self.request("POST", "/resource_providers", v, {"name": f"scene-root-{n}", "uuid": root})
+
+    def _tree_mates(self, rp: str) -> list[str]:
+        root = self.model.providers.get(rp, {}).get("root", rp)
+        return [uuid for uuid, ref in self.model.providers.items() if ref.get("root", uuid) == root]
+
+    def _consumer_entry(self, v, consumer: str, allocations: dict, generation) -> dict:
+        entry = {"allocations": {rp: {"resources": resources} for rp, resources in allocations.items()},
+                 "project_id": self.rng.choice(self.model.projects), "user_id": self.rng.choice(self.model.users),
+                 "consumer_generation": generation}
+        if v >= mv(38):
+            entry["consumer_type"] = self.rng.choice(["INSTANCE", "MIGRATION"])
+        return entry
+
+    def _plan_move(self, consumer: str) -> tuple:
+        """(consumer, source, target, classes moving, generations read)."""
+        held = self.model.holdings[consumer]
+        source = self.rng.choice(sorted(held))
+        mates = [rp for rp in self._tree_mates(source) if rp != source] or [source]
+        target = self.rng.choice(mates)
+        moving = self.rng.sample(sorted(held[source]), self.rng.randint(1, len(held[source])))
+        return consumer, source, target, moving, False
+
+    def _moving_reshape(self, v, consumer: str, source: str, target: str, moving: list[str]) -> dict | None:
+        held = {rp: dict(resources) for rp, resources in self.model.holdings.get(consumer, {}).items()}
+        moving = [rc for rc in moving if rc in held.get(source, {})]
+        if not moving:
+            return None  # the consumer's allocations changed since the plan
+        # Inventories: the source keeps what it had except the classes that move
+        # (as far as the model knows), the target gets them.
+        source_classes = self.model.providers.get(source, {}).get("inventories") or sorted(held[source])
+        kept = {rc: {"total": 1024} for rc in source_classes if rc not in moving}
+        received = {rc: {"total": max(held[source][rc], 1) * self.rng.choice([1, 2, 4])} for rc in moving}
+        target_classes = self.model.providers.get(target, {}).get("inventories") or []
+        received.update({rc: {"total": 1024} for rc in target_classes if rc not in received})
+        new_held = {rp: dict(resources) for rp, resources in held.items()}
+        for rc in moving:
+            amount = new_held[source].pop(rc)
+            new_held.setdefault(target, {})[rc] = new_held.get(target, {}).get(rc, 0) + amount
+        new_held = {rp: resources for rp, resources in new_held.items() if resources}
+        inventories = {source: kept, target: received} if target != source else {source: {**kept, **received}}
+        generation = self.model.consumers.get(consumer)
+        spoil = self.rng.random()
+        if spoil < 0.12:
+            new_held = held  # the allocations stay behind: inventory in use
+        elif spoil < 0.2:
+            generation = (generation or 0) + self.rng.choice([1, -1, 3])
+        elif spoil < 0.26 and moving:
+            received[moving[0]]["total"] = 1  # (if the amount is larger) too little room
+            new_held.setdefault(target, {})[moving[0]] = new_held.get(target, {}).get(moving[0], 0) + 1
+        elif spoil < 0.3:
+            inventories[target] = {}  # the target has nothing to give
+        elif spoil < 0.34:
+            new_held.setdefault(self.model.new_uuid(), {}).update({"VCPU": 1})
+        elif spoil < 0.38:
+            inventories[target]["CUSTOM_NOPE"] = {"total": 1}
+        body = {"inventories": {rp: {"resource_provider_generation": self.generation(rp), "inventories": inv}
+                                for rp, inv in inventories.items()},
+                "allocations": {consumer: self._consumer_entry(v, consumer, new_held, generation)}}
+        if self.chance(0.2):
+            newcomer = self.consumer(1.0)
+            body["allocations"][newcomer] = self._consumer_entry(
+                v, newcomer, {target: {self.rng.choice(moving): 1}}, None)
+        return body
+
+    def _random_reshape(self, v) -> dict:
         rp = self.rp()
-        body = {"inventories": {rp: {"resource_provider_generation": self.generation(rp),
-                                     "inventories": {self.rc(): self.inventory()}}},
-                "allocations": {}}
+        inventories = {rp: {"resource_provider_generation": self.generation(rp),
+                            "inventories": {self.rc(): self.inventory()} if self.chance(0.8) else {}}}
+        mates = [m for m in self._tree_mates(rp) if m != rp]
+        if mates and self.chance(0.4):
+            mate = self.rng.choice(mates)
+            inventories[mate] = {"resource_provider_generation": self.generation(mate),
+                                 "inventories": {self.rc(): self.inventory()}}
+        body = {"inventories": inventories, "allocations": {}}
         if self.chance(0.5):
             consumer = self.consumer()
             inner = self.allocation_body(mv(max(v[1], 28)), consumer)
             inner.pop("consumer_type", None) if v < mv(38) else None
+            if v >= mv(38):
+                inner.setdefault("consumer_type", "INSTANCE")
             inner.setdefault("project_id", "proj-a")
             inner.setdefault("user_id", "user-a")
             inner.setdefault("consumer_generation", None)
             body["allocations"][consumer] = inner
-        return self.request("POST", "/reshaper", v, body)
+        return body
 
     # -- deliberately wrong requests --------------------------------------------
     def noise(self):
@@ -532,6 +708,10 @@ class Generator:
             ["%ff=1", "a=%00", "resources=VCPU:1&resources=VCPU:2", "limit=x"]), v)
 
     def next(self) -> dict:
+        if self.script:
+            return self.script.pop(0)()
+        if self.planned_move is not None:
+            return self.reshaper()
         pick = self.rng.uniform(0, self.total)
         for weight, action in self.actions:
             pick -= weight

@@ -683,6 +683,7 @@ def run(args, out=print) -> dict:
     groups: collections.Counter = collections.Counter()
     total, examples, shrunk = 0, {}, 0
     crashes: collections.Counter = collections.Counter()
+    reshapes: collections.Counter = collections.Counter()  # the reference's answers to POST /reshaper
     dropped_anchors = 0
     started = time.monotonic()
     try:
@@ -694,6 +695,12 @@ def run(args, out=print) -> dict:
                     for index, (request, (ref, ours)) in enumerate(zip(stream, answers)):
                         kept.write(f"{index} {ref['status']}/{ours['status']} {curl(request)}\n")
             out(f"seed {seed}: {len(stream)} requests, {len(divergent)} divergences")
+            for request, (ref, _) in zip(stream, answers):
+                if request["method"] == "POST" and request["path"] == "/reshaper":
+                    errors = (decode(ref) or {}).get("errors") if ref["status"] >= 400 else None
+                    code = (errors[0].get("code") if isinstance(errors, list) and errors
+                            and isinstance(errors[0], dict) else None)
+                    reshapes[f"{ref['status']} {code}" if code else str(ref["status"])] += 1
             for index in runner.crashes:
                 request, (ref, _) = stream[index], answers[index]
                 crashes[(request["method"], route_template(request["path"]), ref["status"])] += 1
@@ -725,6 +732,9 @@ def run(args, out=print) -> dict:
         f"{sum(groups.values())} divergences in {len(groups)} groups ({time.monotonic() - started:.0f} s)")
     for (method, template, statuses), count in sorted(groups.items()):
         out(f"  {count:5d}  {method} {template}  {statuses}")
+    if reshapes:
+        out("POST /reshaper (compared like every request), the reference's answers: "
+            + ", ".join(f"{key} x{count}" for key, count in sorted(reshapes.items())))
     if crashes:
         out(f"not compared: {sum(crashes.values())} answers where the reference failed (5xx) or its "
             "candidates do not add up to the request (200)")
