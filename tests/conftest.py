@@ -34,9 +34,13 @@ def _isolated_logging():
     handlers, level = list(root.handlers), root.level
     configured = getattr(root, "_allotment_configured", None)
     yield
+    # oslo.log's set-up replaces the root's handlers: put back exactly those found.
     for handler in root.handlers[:]:
         if handler not in handlers:
             root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
     root.setLevel(level)
     if configured is None:
         root.__dict__.pop("_allotment_configured", None)

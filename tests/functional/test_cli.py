@@ -183,10 +183,11 @@ def test_serve_without_any_config_uses_the_embedded_default(tmp_path):
 
 @backend_independent
 def test_serve_defaults_to_loopback_port_8778():
-    from allotment import cli
     import argparse
 
+    from allotment.cli import serve as serve_command
+
     parser = argparse.ArgumentParser()
-    cli.configure_serve(parser)
+    serve_command.configure(parser)
     args = parser.parse_args([])
     assert (args.host, args.port, args.allow_insecure_noauth) == ("127.0.0.1", 8778, False)

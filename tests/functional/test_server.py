@@ -290,8 +290,9 @@ def test_two_servers_starting_together_migrate_one_database_safely(fresh_db, tmp
 # -- the WSGI entry point --------------------------------------------------
 
 def test_wsgi_application_finds_its_config_through_os_placement_config_dir(fresh_db, tmp_path):
-    """An operator's gunicorn serving allotment.wsgi:application."""
-    config = write_config(tmp_path / "etc", fresh_db)
+    """An operator's gunicorn serving allotment.wsgi:application (which
+    migrates, as Placement's does, because sync_on_startup says so)."""
+    config = write_config(tmp_path / "etc", fresh_db, extra="[placement_database]\nsync_on_startup = true\n")
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
                "allotment.wsgi:application"]
