@@ -160,8 +160,9 @@ def running_on_new_database(tmp_path_factory, label: str, *args: str):
         drop()
 
 
-def get(server: LiveServer, path: str, version: str | None = None, token: str | None = "admin"):
-    headers = {}
+def get(server: LiveServer, path: str, version: str | None = None, token: str | None = "admin",
+        headers: dict | None = None):
+    headers = dict(headers or {})
     if version:
         headers["OpenStack-API-Version"] = f"placement {version}"
     if token:
