@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,8 +82,16 @@ def _build(into: Path) -> None:
     (into / "ready").write_text(json.dumps({"venv": str(venv), "dist": str(dist)}))
 
 
+def _shared_directory() -> Path:
+    """One directory for every xdist worker of this run, outside pytest's
+    numbered temp directories (which other pytest runs on the machine prune
+    while this one may still be using them); tests/conftest.py names the
+    run and removes it when the run ends."""
+    return Path(tempfile.gettempdir()) / f"allotment-deployment-{os.environ['ALLOTMENT_TEST_RUN']}"
+
+
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory) -> Installed:
+def installed() -> Installed:
     if shutil.which("git") is None or not (REPO / ".git").exists():
         missing("not a git checkout with git installed: the wheels are built from a clean clone")
     if not os.access(SYSTEM_PYTHON, os.X_OK) or subprocess.run(
@@ -92,7 +101,7 @@ def installed(tmp_path_factory) -> Installed:
         import build  # noqa: F401
     except ImportError:
         missing("the 'build' package (pip install -e '.[test]') is needed")
-    shared = tmp_path_factory.getbasetemp().parent / "allotment-deployment"
+    shared = _shared_directory()
     shared.mkdir(exist_ok=True)
     with open(shared / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder among the xdist workers

@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         _open_to_nobody(config_dir)
         _open_to_nobody(workdir)
         command = [APACHE, "-f", str(conf), "-DFOREGROUND"]
-    server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    # Started from the configuration's directory, never from a checkout of
+    # Allotment, whose package would be imported instead of the installed one.
+    server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, cwd=config_dir)
 
     def stop(signum, _frame):
         # uwsgi (die-on-term) and Apache both stop on SIGTERM, finishing what is in flight.

@@ -39,9 +39,9 @@ def test_the_distributions_carry_one_version_and_the_main_one_no_placement_packa
     assert f"Requires-Dist: allotment=={VERSION}" in metadata
 
 
-def test_installed_from_the_wheel_and_every_command_says_its_version(installed):
+def test_installed_from_the_wheel_and_every_command_says_its_version(installed, tmp_path):
     where = subprocess.run([installed.bin("python"), "-c", "import allotment; print(allotment.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
     assert where.startswith(str(installed.venv / "lib")), where  # not the checkout: not editable
     for command in ("allotment", "placement-manage", "placement-status"):
         said = subprocess.run([installed.bin(command), "--version"], capture_output=True, text=True)

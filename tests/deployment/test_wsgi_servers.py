@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -40,13 +42,23 @@ def _start(server: str, installed, config: Path) -> LiveServer:
     return live
 
 
+@pytest.fixture
+def config_home():
+    """A directory Apache's WSGI daemon (nobody) can reach: pytest's own
+    temporary directories are closed to other users."""
+    directory = Path(tempfile.mkdtemp(prefix="allotment-wsgi-"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.mark.parametrize("server", ["uwsgi", "apache"])
-def test_a_write_with_a_global_request_id_reaches_the_log_file(server, installed, fresh_db, tmp_path,  # noqa: F811
-                                                               request):
+def test_a_write_with_a_global_request_id_reaches_the_log_file(server, installed, fresh_db,  # noqa: F811
+                                                               config_home, request):
     if server == "apache":
         request.getfixturevalue("apache")
-    log_file = tmp_path / "etc" / "placement-api.log"
-    config = write_config(tmp_path / "etc", fresh_db, extra=f"[DEFAULT]\nlog_file = {log_file}\n")
+    log_file = config_home / "etc" / "placement-api.log"
+    config = write_config(config_home / "etc", fresh_db, extra=f"[DEFAULT]\nlog_file = {log_file}\n")
     live = _start(server, installed, config)
     global_id = f"req-{uuid.uuid4()}"
     try:
