@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -27,8 +26,8 @@ import requests
 import sqlalchemy as sa
 
 from tests.conftest import BACKEND, SERVER_URLS, ApiClient, make_conf
-from tests.functional.test_server import (LiveServer, clean_env, free_port, fresh_db, get,  # noqa: F401
-                                          running, serve, write_config)
+from tests.functional.test_server import (fresh_db, get, gunicorn_wsgi, running, serve,  # noqa: F401
+                                          write_config)
 
 backend_independent = pytest.mark.skipif(BACKEND != "sqlite", reason="does not depend on the database backend")
 needs_server = pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite is a file: there is no server to wait for")
@@ -184,11 +183,7 @@ def test_serve_started_before_its_database_waits_for_it_for_ever(tmp_path):
 def test_wsgi_application_migrates_only_with_sync_on_startup(fresh_db, tmp_path):  # noqa: F811 (fixture)
     """Without it a new database gets 503s naming placement-manage db sync; after that, answers."""
     config = write_config(tmp_path / "etc", fresh_db)
-    port = free_port()
-    command = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-               "allotment.wsgi:application"]
-    live = LiveServer(command, port, tmp_path / "gunicorn.log",
-                      env=clean_env(OS_PLACEMENT_CONFIG_DIR=str(config.parent)))
+    live = gunicorn_wsgi(config)
     try:
         deadline = time.monotonic() + 60
         while True:
