@@ -99,6 +99,72 @@ def _follow_standard_streams(root: logging.Logger) -> None:
                     break
 
 
+class _Unknown(dict):
+    """A context's values for ``logging_user_identity_format``: ``-`` for what is unknown."""
+
+    def __getitem__(self, key):
+        return dict.get(self, key) or "-"
+
+
+def fast_context_formatter(base: type) -> type:
+    """oslo.log's ContextFormatter with a short way for the one record every
+    request writes (INFO, a context from :func:`request_context`, no
+    exception), giving the same text.
+
+    oslo.log's ``format`` reads five options from the configuration and
+    works out an ISO 8601 time (through dateutil) for every record, whether
+    the format strings use them or not: measured in process, the request
+    line cost 50-100 us more than a plain ``logging.Formatter``, a fifth to
+    a third of a small request's time.  Here the format strings are read
+    once and the ISO time is made only when a format string asks for it;
+    any other record goes through oslo.log's own ``format``.
+    """
+
+    class FastContextFormatter(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            conf = self.conf
+            self._context_style = logging.PercentStyle(conf.logging_context_format_string)
+            self._identity = conf.logging_user_identity_format
+            self._isotime = "%(isotime)" in conf.logging_context_format_string
+            self._summary = "%(error_summary)s" in conf.logging_context_format_string
+
+        def format(self, record: logging.LogRecord) -> str:
+            context = record.__dict__.get("context")
+            if (type(context) is not dict or not context.get("request_id") or record.levelno != logging.INFO
+                    or record.exc_info or "instance" in record.__dict__ or "instance_uuid" in record.__dict__):
+                return super().format(record)
+            values = record.__dict__
+            values["project"] = self.project  # oslo.log's order: its project first, the context's after
+            values["version"] = self.version
+            values.update(context)
+            for key in ("color", "resource"):
+                values.setdefault(key, "")
+            values["instance"] = ""
+            values["user_identity"] = self._identity % _Unknown(context)
+            values["error_summary"] = "-" if self._summary else ""
+            if self._isotime:
+                self._compute_iso_time(record)
+            style = self._context_style
+            record.message = record.getMessage()
+            if style.usesTime():
+                record.asctime = self.formatTime(record, self.datefmt)
+            return style.format(record)
+
+    return FastContextFormatter
+
+
+def _speed_up_formatters(root: logging.Logger) -> None:
+    from oslo_log import formatters
+
+    fast = fast_context_formatter(formatters.ContextFormatter)
+    for handler in root.handlers:
+        formatter = handler.formatter
+        if type(formatter) is formatters.ContextFormatter:
+            handler.setFormatter(fast(project=formatter.project, version=formatter.version,
+                                      datefmt=formatter.datefmt, config=formatter.conf))
+
+
 def setup(conf: cfg.ConfigOpts, *, command: bool = False) -> None:
     """Set logging up from ``conf`` once per process.
 
@@ -119,4 +185,5 @@ def setup(conf: cfg.ConfigOpts, *, command: bool = False) -> None:
     logging.captureWarnings(True)
     if not conf.log_config_append:
         _follow_standard_streams(root)
+        _speed_up_formatters(root)
     root._allotment_configured = True  # type: ignore[attr-defined]
