@@ -48,8 +48,29 @@ def command(name: str) -> list[str]:
 
 
 def run(name: str, config: Path | str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command in a process of its own, as a deployment tool runs it."""
     return subprocess.run(command(name) + ["--config-file", str(config), *args], capture_output=True,
                           text=True, timeout=300, env=env or clean_env(), stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def call(capsys, monkeypatch):
+    """The command in this process (the same code, without a second's start-up per run)."""
+    from allotment.cli import manage, upgrade_check
+
+    monkeypatch.delenv("OS_PLACEMENT_CONFIG_DIR", raising=False)
+    mains = {"placement-manage": manage.main, "placement-status": upgrade_check.main}
+
+    def call_(name: str, config: Path | str, *args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = mains[name](["--config-file", str(config), *args])
+        except SystemExit as exit_:
+            code = exit_.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess([name, *args], code, out, err)
+
+    return call_
 
 
 def table(rows: list[tuple[str, int, int]]) -> list[str]:
@@ -92,10 +113,10 @@ def test_a_new_deployment_as_kolla_bootstraps_it(config):
     sync = run("placement-manage", config, "db", "sync")
     assert (sync.returncode, sync.stdout) == (0, ""), sync.stderr
     assert "Traceback" not in sync.stderr
-    assert migrate.head_revision() in run("placement-manage", config, "db", "version").stderr
 
     version = run("placement-manage", config, "db", "version")
     assert (version.returncode, version.stdout) == (0, "a082b8bb98d0\n")
+    assert migrate.head_revision() in version.stderr
 
     online = run("placement-manage", config, "db", "online_data_migrations")
     assert online.returncode == 0, online.stderr
@@ -108,17 +129,17 @@ def test_a_new_deployment_as_kolla_bootstraps_it(config):
     assert status.stdout.splitlines()[1] == "| Upgrade Check Results                     |"
 
 
-def test_upgrade_check_before_any_sync_fails_and_says_why(config):
-    status = run("placement-status", config, "upgrade", "check")
+def test_upgrade_check_before_any_sync_fails_and_says_why(config, call):
+    status = call("placement-status", config, "upgrade", "check")
     assert status.returncode == 2, status.stdout + status.stderr
     assert checks(status.stdout)[-1] == ("Allotment Schema", "Failure")
     assert "placement-manage db sync" in status.stdout
     assert "Traceback" not in status.stdout + status.stderr
 
 
-def test_upgrade_check_json(config):
-    assert run("placement-manage", config, "db", "sync").returncode == 0
-    status = run("placement-status", config, "upgrade", "check", "--json")
+def test_upgrade_check_json(config, call):
+    assert call("placement-manage", config, "db", "sync").returncode == 0
+    status = call("placement-status", config, "upgrade", "check", "--json")
     assert status.returncode == 0
     report = json.loads(status.stdout)
     assert report["name"] == "Upgrade Check Results"
@@ -127,12 +148,12 @@ def test_upgrade_check_json(config):
 
 
 @backend_independent
-def test_a_json_policy_file_fails_the_check(config):
-    assert run("placement-manage", config, "db", "sync").returncode == 0
+def test_a_json_policy_file_fails_the_check(config, call):
+    assert call("placement-manage", config, "db", "sync").returncode == 0
     (config.parent / "policy.json").write_text('{"placement:resource_providers:list": "role:admin"}')
     with config.open("a") as handle:
         handle.write("\n[oslo_policy]\npolicy_file = policy.json\n")
-    status = run("placement-status", config, "upgrade", "check")
+    status = call("placement-status", config, "upgrade", "check")
     assert status.returncode == 2
     assert ("Policy File JSON to YAML Migration", "Failure") in checks(status.stdout)
 
@@ -143,57 +164,56 @@ def test_a_json_policy_file_fails_the_check(config):
     ("-3", 127, "Must supply a positive value for max_count\n"),
     ("lots", 127, "Must supply a positive value for max_count\n"),
 ])
-def test_online_migrations_refuse_a_bad_max_count(config, count, code, output):
-    result = run("placement-manage", config, "db", "online_data_migrations", "--max-count", count)
+def test_online_migrations_refuse_a_bad_max_count(config, count, code, output, call):
+    result = call("placement-manage", config, "db", "online_data_migrations", "--max-count", count)
     assert (result.returncode, result.stdout) == (code, output)
 
 
 @backend_independent
-def test_unknown_subcommand_and_version():
-    for name in ("placement-manage", "placement-status"):
-        result = subprocess.run(command(name) + ["--version"], capture_output=True, text=True, timeout=60)
-        from allotment import __version__
+def test_unknown_subcommand_and_version(capsys):
+    from allotment import __version__
+    from allotment.cli import manage, upgrade_check
 
-        assert result.returncode == 0 and result.stdout.strip() == __version__, result
-    result = subprocess.run(command("placement-manage") + ["db", "stamp-me"], capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 2 and "invalid choice" in result.stderr
+    for main in (manage.main, upgrade_check.main):
+        with pytest.raises(SystemExit) as exited:
+            main(["--version"])
+        assert exited.value.code == 0 and capsys.readouterr().out.strip() == __version__
+    with pytest.raises(SystemExit) as exited:
+        manage.main(["db", "stamp-me"])
+    assert exited.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
-def test_config_dir_and_several_files_are_read(fresh_db, tmp_path):  # noqa: F811 (fixture)
+def test_config_dir_and_several_files_are_read(fresh_db, tmp_path, call):  # noqa: F811 (fixture)
     """The connection in a --config-dir file, after a --config-file without one."""
     first = tmp_path / "placement.conf"
     first.write_text("[api]\nauth_strategy = noauth2\n")
     extra = tmp_path / "conf.d"
     extra.mkdir()
     (extra / "10-database.conf").write_text(f"[placement_database]\nconnection = {fresh_db}\n")
-    sync = subprocess.run(command("placement-manage") + ["--config-file", str(first), "--config-dir", str(extra),
-                                                         "db", "sync"],
-                          capture_output=True, text=True, timeout=300, env=clean_env())
+    sync = call("placement-manage", first, "--config-dir", str(extra), "db", "sync")
     assert sync.returncode == 0, sync.stderr
-    version = subprocess.run(command("placement-manage") + ["--config-file", str(first),
-                                                            "--config-file", str(extra / "10-database.conf"),
-                                                            "db", "version"],
-                             capture_output=True, text=True, timeout=300, env=clean_env())
+    version = call("placement-manage", first, "--config-file", str(extra / "10-database.conf"), "db", "version")
     assert version.stdout == "a082b8bb98d0\n", version.stderr
 
 
 @backend_independent
-def test_placement_conf_d_is_found_where_placement_looks(fresh_db, tmp_path):  # noqa: F811 (fixture)
+def test_placement_conf_d_is_found_where_placement_looks(fresh_db, tmp_path, monkeypatch, capsys):  # noqa: F811
     """~/.placement/placement.conf and ~/.placement/placement.conf.d, no option given."""
+    from allotment import config
+    from allotment.cli import manage
+
     home = tmp_path / "home"
     (home / ".placement" / "placement.conf.d").mkdir(parents=True)
     (home / ".placement" / "placement.conf").write_text("[api]\nauth_strategy = noauth2\n")
     (home / ".placement" / "placement.conf.d" / "db.conf").write_text(
         f"[placement_database]\nconnection = {fresh_db}\n")
-    if Path("/etc/placement/placement.conf").exists():
-        pytest.skip("this machine has /etc/placement/placement.conf, which would be read too")
-    result = subprocess.run(command("placement-manage") + ["db", "sync"], capture_output=True, text=True,
-                            timeout=300, env=clean_env(HOME=str(home)))
-    assert result.returncode == 0, result.stderr
-    version = subprocess.run(command("placement-manage") + ["db", "version"], capture_output=True, text=True,
-                             timeout=300, env=clean_env(HOME=str(home)))
-    assert version.stdout == "a082b8bb98d0\n"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("OS_PLACEMENT_CONFIG_DIR", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_DIR", str(tmp_path / "no-etc"))
+    assert manage.main(["db", "sync"]) == 0
+    capsys.readouterr()
+    assert manage.main(["db", "version"]) == 0
+    assert capsys.readouterr().out == "a082b8bb98d0\n"
 
 
 # -- databases the reference left at each of its revisions ----------------------
@@ -211,15 +231,15 @@ SAMPLED_REVISIONS = [reference.REVISIONS[0], reference.REVISIONS[3]]
 
 
 @pytest.mark.parametrize("revision", SAMPLED_REVISIONS)
-def test_commands_on_placement_revisions(templates, tmp_path, revision):  # noqa: F811 (fixture)
+def test_commands_on_placement_revisions(templates, tmp_path, revision, call):  # noqa: F811 (fixture)
     url = templates.copy(revision)
     config = write_config(tmp_path / "etc", url)
     roots, consumers = INCOMPLETE[revision]
 
-    version = run("placement-manage", config, "db", "version")
+    version = call("placement-manage", config, "db", "version")
     assert (version.returncode, version.stdout) == (0, f"{revision}\n"), version.stderr
 
-    status = run("placement-status", config, "upgrade", "check")
+    status = call("placement-status", config, "upgrade", "check")
     placement_results = checks(status.stdout)[:3]
     assert placement_results == [("Missing Root Provider IDs", "Failure" if roots else "Success"),
                                  ("Incomplete Consumers", "Warning" if consumers else "Success"),
@@ -228,20 +248,20 @@ def test_commands_on_placement_revisions(templates, tmp_path, revision):  # noqa
     assert status.returncode == (2 if roots else 0), status.stdout + status.stderr
 
     if roots:
-        sync = run("placement-manage", config, "db", "sync")
+        sync = call("placement-manage", config, "db", "sync")
         assert sync.returncode == 1 and sync.stdout == ""
         assert "placement-manage db online_data_migrations" in sync.stderr
         assert "Traceback" not in sync.stderr
-        assert run("placement-manage", config, "db", "version").stdout == f"{revision}\n"
+        assert call("placement-manage", config, "db", "version").stdout == f"{revision}\n"
 
-    limited = run("placement-manage", config, "db", "online_data_migrations", "--max-count", "1")
+    limited = call("placement-manage", config, "db", "online_data_migrations", "--max-count", "1")
     assert limited.returncode == (1 if roots else 0)
     # One record at most: the pass stops at the first migration that did one.
     expected = table([("set_root_provider_ids", 1, 1)] if roots else
                      [("set_root_provider_ids", 0, 0), ("create_incomplete_consumers", 0, 0)])
     assert limited.stdout.splitlines()[-len(expected):] == expected
 
-    online = run("placement-manage", config, "db", "online_data_migrations")
+    online = call("placement-manage", config, "db", "online_data_migrations")
     assert online.returncode == 0, online.stdout + online.stderr
     lines = online.stdout.splitlines()
     assert lines[0] == "Running batches of 50 until complete"
@@ -250,10 +270,10 @@ def test_commands_on_placement_revisions(templates, tmp_path, revision):  # noqa
     assert lines[-len(TABLE_HEAD) - 3:] == table([("set_root_provider_ids", 0, 0),
                                                   ("create_incomplete_consumers", consumers, consumers)])
 
-    sync = run("placement-manage", config, "db", "sync")
+    sync = call("placement-manage", config, "db", "sync")
     assert (sync.returncode, sync.stdout) == (0, ""), sync.stderr
-    assert run("placement-manage", config, "db", "version").stdout == "a082b8bb98d0\n"
-    status = run("placement-status", config, "upgrade", "check")
+    assert call("placement-manage", config, "db", "version").stdout == "a082b8bb98d0\n"
+    status = call("placement-status", config, "upgrade", "check")
     assert status.returncode == 0, status.stdout
 
 
