@@ -79,7 +79,11 @@ placement_opts = [
 
 #: Not among Placement 16.0.0's options; the Galera change gives it its meaning.
 galera_opts = [
-    cfg.IntOpt("mysql_wsrep_sync_wait", help="Galera wsrep_sync_wait for each session."),
+    cfg.IntOpt("mysql_wsrep_sync_wait", min=0, max=15,
+               help="Galera: wsrep_sync_wait set on every database session. 1 makes each read wait until "
+                    "its node has applied everything the cluster committed before it, so a write through "
+                    "one node is seen by the next read through any other (see "
+                    "docs/high-availability.md). Unset: the server's own setting."),
 ]
 
 #: Large enough for the largest POST /allocations or POST /reshaper a cloud
@@ -176,7 +180,8 @@ def register_opts(conf: cfg.ConfigOpts, *, cli_logging: bool = False) -> None:
         conf.register_opts(opts, group=None if group == "DEFAULT" else group)
     # Library-owned groups: registering them here makes values readable
     # before the library itself is loaded, and validation happens at start.
-    from oslo_middleware import cors
+    from oslo_middleware import cors, http_proxy_to_wsgi
+    from oslo_middleware.healthcheck import opts as healthcheck_opts
     from oslo_policy import opts as policy_opts
 
     from allotment import logs
@@ -185,6 +190,12 @@ def register_opts(conf: cfg.ConfigOpts, *, cli_logging: bool = False) -> None:
     policy_opts._register(conf)
     set_lib_defaults()
     conf.register_opts(cors.CORS_OPTS, group="cors")
+    # GET /healthcheck reads these (allotment/api/health.py).
+    conf.register_opts(healthcheck_opts.HEALTHCHECK_OPTS, group="healthcheck")
+    conf.register_opts(healthcheck_opts.DISABLE_BY_FILE_OPTS, group="healthcheck")
+    # [oslo_middleware] enable_proxy_headers_parsing, as Placement reads it:
+    # only then do Forwarded / X-Forwarded-* headers change the request.
+    conf.register_opts(http_proxy_to_wsgi.OPTS, group="oslo_middleware")
 
 
 def _home_dirs() -> list[str]:
@@ -217,11 +228,37 @@ def find_config_dirs() -> list[str]:
 
 
 def default_sqlite_url() -> str:
-    """Where the embedded default database lives when nothing is configured."""
+    """Where the embedded default database lives when nothing is configured.
+
+    Its directory is made private (0700) and the file created private
+    (0600) before SQLite opens it (SQLite gives its journal and WAL files
+    the database file's permissions): the data is the cloud's inventory.
+    """
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    path = os.path.join(base, "allotment", "placement.sqlite")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    directory = os.path.join(base, "allotment")
+    path = os.path.join(directory, "placement.sqlite")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    os.chmod(path, 0o600)
     return "sqlite:///" + path
+
+
+#: Set on a ConfigOpts that runs the embedded default (no file: noauth2 on
+#: the loopback address), whose requests must then be addressed to a
+#: loopback name (see api/auth.loopback_hosts_only).
+EMBEDDED_DEFAULT = "_allotment_embedded_default"
+
+
+def is_embedded_default(conf: cfg.ConfigOpts) -> bool:
+    """Whether ``conf`` is the embedded default, with noauth2 on."""
+    return getattr(conf, EMBEDDED_DEFAULT, False) and conf.api.auth_strategy == "noauth2"
+
+
+def allow_any_host(conf: cfg.ConfigOpts) -> None:
+    """Lift the embedded default's loopback-only ``Host`` rule (``allotment
+    serve --allow-insecure-noauth`` on a non-loopback address)."""
+    setattr(conf, EMBEDDED_DEFAULT, False)
 
 
 def new(*, cli_logging: bool = False) -> cfg.ConfigOpts:
@@ -272,6 +309,7 @@ def parse(conf: cfg.ConfigOpts, argv: list[str], *, dev_defaults: bool = False, 
     if not files and dev_defaults:
         conf.set_override("auth_strategy", "noauth2", group="api")
         conf.set_override("ui", True, group="allotment")
+        setattr(conf, EMBEDDED_DEFAULT, True)
     if not conf.placement_database.connection:
         # A configuration file must name its database: falling back to a
         # private SQLite file would let each host of a deployment silently
@@ -289,7 +327,8 @@ def validate(conf: cfg.ConfigOpts) -> None:
     oslo.config validates lazily; touching each option turns a bad value in
     the file into ``ConfigFileValueError`` naming the group and option.
     """
-    groups = ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment", "workarounds")
+    groups = ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment", "workarounds",
+              "healthcheck", "oslo_middleware")
     checks = [(group_name, opt_name) for group_name in groups for opt_name in conf[group_name]]
     checks += [(None, opt_name) for opt_name in conf if opt_name not in conf._groups]
     for group_name, opt_name in checks:

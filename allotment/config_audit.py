@@ -27,9 +27,6 @@ NOT_HONOURED: dict[tuple[str, str], str] = {
     ("placement_database", "connection_trace"): "SQL statements carry no Python stack trace",
     ("workarounds", "optimize_for_wide_provider_trees"): "Allotment's search needs no such switch",
     ("profiler", "*"): "osprofiler tracing is not supported",
-    # Handled in changes of their own (Galera; proxy headers): each row goes when that lands.
-    ("placement_database", "mysql_wsrep_sync_wait"): "not honoured yet: the Galera change brings it",
-    ("oslo_middleware", "enable_proxy_headers_parsing"): "not honoured yet: the proxy headers change brings it",
 }
 
 #: Groups Allotment does not register whose options it honours or, like

@@ -78,13 +78,24 @@ class _LazyApplication:
     def _unavailable(error, environ, start_response):
         from allotment.api import errors
 
-        if not _is_database_error(error):
+        import sqlalchemy as sa
+
+        from allotment.db.engine import is_unreachable, one_line
+        from allotment.db.migrate import SchemaNotReady
+
+        if isinstance(error, SchemaNotReady):
+            # Our own one line about the schema: nothing of the connection in it.
+            LOG.error("not serving yet: %s", error)
+            http_error = errors.HTTPError(503, f"The Placement database is not ready: {error}",
+                                          headers={"Retry-After": str(errors.RETRY_AFTER_SECONDS)})
+        elif isinstance(error, sa.exc.SQLAlchemyError) or is_unreachable(error):
+            # The driver's text names the database's address and user: the log only.
+            LOG.error("not serving yet: database error: %s", one_line(error))
+            http_error = errors.database_unavailable()
+        else:
             raise error
-        reason = _reason(error)
-        LOG.error("not serving yet: %s", reason)
         status, headers, body = errors.render(
-            errors.HTTPError(503, f"The Placement database is not ready: {reason}"),
-            request_id=f"req-{uuid.uuid4()}", version=None, accept=environ.get("HTTP_ACCEPT"))
+            http_error, request_id=f"req-{uuid.uuid4()}", version=None, accept=environ.get("HTTP_ACCEPT"))
         start_response(status, headers)
         return [body]
 
@@ -92,18 +103,20 @@ class _LazyApplication:
 def _is_database_error(error: BaseException) -> bool:
     import sqlalchemy as sa
 
+    from allotment.db.engine import is_unreachable
     from allotment.db.migrate import SchemaNotReady
 
-    return isinstance(error, (SchemaNotReady, sa.exc.SQLAlchemyError))
+    return isinstance(error, (SchemaNotReady, sa.exc.SQLAlchemyError)) or is_unreachable(error)
 
 
 def _reason(error: BaseException) -> str:
+    """For the log: a schema refusal as it is, a database error's first line."""
+    from allotment.db.engine import one_line
     from allotment.db.migrate import SchemaNotReady
 
     if isinstance(error, SchemaNotReady):
         return str(error)
-    orig = getattr(error, "orig", None) or error
-    return "database error: " + (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return "database error: " + one_line(error)
 
 
 def started_application() -> _LazyApplication:

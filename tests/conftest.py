@@ -105,6 +105,7 @@ def make_conf(db_url: str, **overrides):
     from allotment import config
 
     conf = config.load(None, dev_defaults=True, args=[])
+    config.allow_any_host(conf)  # as from a file, not the embedded default
     conf.set_override("connection", db_url, group="placement_database")
     conf.set_override("auth_strategy", "noauth2", group="api")
     for key, value in overrides.items():
@@ -113,15 +114,20 @@ def make_conf(db_url: str, **overrides):
     return conf
 
 
-@pytest.fixture(scope="session")
-def db_url(tmp_path_factory):
-    url, drop = create_database(tmp_path_factory, "session")
+def prepare(url: str) -> None:
+    """The schema at head and the standard names in the database of ``url``."""
     from allotment import service
     from allotment.db.engine import Database
 
     db = Database(url)
     service.prepare_database(db)
     db.dispose()
+
+
+@pytest.fixture(scope="session")
+def db_url(tmp_path_factory):
+    url, drop = create_database(tmp_path_factory, "session")
+    prepare(url)
     yield url
     drop()
 

@@ -31,10 +31,12 @@ from oslo_config import cfg
 from allotment import logs
 from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
-from allotment.api.http import Request
+from allotment.api.health import PATH as HEALTH_PATH
+from allotment.api.health import HealthCheck
+from allotment.api.http import Request, is_plain_path_prefix
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
 from allotment.db import changes
-from allotment.db.engine import Database
+from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
 from allotment.domain import errors as domain
 
 LOG = logging.getLogger("allotment.api")
@@ -117,6 +119,12 @@ class Application:
 
             database = database_from_config(conf)
         self.db = database
+        # Where nothing notices a database gone back in time (MySQL/MariaDB
+        # have no change number), a lost connection -- the server restarted
+        # or failed over -- empties what is kept by provider generation.
+        from allotment.db.allocation_candidates import forget_generations
+
+        database.on_connection_lost.append(forget_generations)
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
         self.router = Router(ROUTES, OWN_ROUTES)
@@ -141,6 +149,8 @@ class Application:
 
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
+        #: GET /healthcheck, for load balancers (answered before authentication).
+        self.health = HealthCheck(conf, database)
         # Innermost first; Placement's order: request id, CORS,
         # authentication, then microversion negotiation and the handler (so
         # a request without a token is 401 whatever version it asks for).
@@ -158,6 +168,17 @@ class Application:
             from oslo_middleware import cors
 
             inner = cors.CORS(inner, conf)
+        from allotment import config
+
+        if config.is_embedded_default(conf) and auth_strategy is None:  # not the in-process client
+            inner = auth.loopback_hosts_only(inner)
+        if conf.oslo_middleware.enable_proxy_headers_parsing:
+            # The proxy's Forwarded / X-Forwarded-Proto, -Host, -For and
+            # -Prefix (SCRIPT_NAME) headers, trusted only when the operator
+            # says a proxy sets them, as in Placement.
+            from oslo_middleware import http_proxy_to_wsgi
+
+            inner = http_proxy_to_wsgi.HTTPProxyToWSGI(_plain_mount_point(inner), conf)
         self._inner = inner
 
     # -- policy -----------------------------------------------------------
@@ -182,6 +203,8 @@ class Application:
             return start_response(status, list(headers) + [(REQUEST_ID_HEADER, request_id)], exc_info)
 
         try:
+            if environ.get("PATH_INFO") == HEALTH_PATH:
+                return self.health(environ, _start)
             return self._inner(environ, _start)
         finally:
             self._log(environ, state["status"], state["length"], environ.get("allotment.version"), started)
@@ -227,15 +250,25 @@ class Application:
         query = environ.get("QUERY_STRING")
         if query:
             path += "?" + query
+        if not path.isprintable():
+            # A decoded %0a would otherwise start a line of the client's making.
+            path = escape_for_log(path)
         # The record made here rather than by LOG.info, which would walk the
         # stack to find where it was called from: a fifth of the line's cost.
         code = Application._log.__code__
         record = REQUEST_LOG.makeRecord(
             REQUEST_LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
             '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-            (environ.get("REMOTE_ADDR") or "-", environ.get("REQUEST_METHOD"), path, str(status).split(" ")[0],
-             length, version or "-", (time.monotonic() - started) * 1000), None, code.co_name)
-        record.context = logs.request_context(environ)
+            (environ.get("REMOTE_ADDR") or "-", escape_for_log(environ.get("REQUEST_METHOD") or ""), path,
+             str(status).split(" ")[0], length, version or "-", (time.monotonic() - started) * 1000), None,
+            code.co_name)
+        context = logs.request_context(environ)
+        for key in _CLIENT_NAMED:
+            value = context[key]
+            if value and not value.isprintable():
+                # noauth2 takes the user and project from the client's token.
+                context[key] = escape_for_log(value)
+        record.context = context
         REQUEST_LOG.handle(record)
 
     def _guard(self, app: Callable) -> Callable:
@@ -250,10 +283,18 @@ class Application:
                 http_error = errors.from_domain(error)
                 if error.status == 403 or (error.status == 404 and not _handler_answers_not_found(environ, error)):
                     http_error.vary = False
-            except Exception:  # noqa: BLE001 - the last line of defence
-                LOG.exception("unexpected error", extra={"context": logs.request_context(environ)})
-                http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
-                                                   f"for request {environ.get('openstack.request_id')}.")
+            except CommitOutcomeUnknown:
+                # write() has logged the error.
+                http_error = errors.outcome_unknown()
+            except Exception as error:  # noqa: BLE001 - the last line of defence
+                if not is_unreachable(error):
+                    LOG.exception("unexpected error", extra={"context": logs.request_context(environ)})
+                    http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
+                                                       f"for request {environ.get('openstack.request_id')}.")
+                else:
+                    LOG.warning("database unavailable: %s", one_line(error),
+                                extra={"context": logs.request_context(environ)})
+                    http_error = errors.database_unavailable()
             if http_error.status == 404 and environ.get("allotment.handler") in _NOT_FOUND_ECHOED:
                 http_error.message = _echoed(http_error.message)
             environ["allotment.error_code"] = http_error.code
@@ -310,6 +351,35 @@ class Application:
             req.authorize(endpoint.policy)
         response: webob.Response = self.router.handler(endpoint)(req)
         return response(environ, start_response)
+
+
+def _plain_mount_point(app: Callable) -> Callable:
+    """Keep SCRIPT_NAME only when it is a plain path: a prefix forwarded as
+    ``evil.example`` or ``//evil.example`` would put another host in every
+    Location header (WebOb joins it to the host)."""
+
+    def checked(environ, start_response):
+        script_name = environ.get("SCRIPT_NAME", "")
+        if script_name and not is_plain_path_prefix(script_name):
+            LOG.warning("%s forwarded mount point %r ignored: not a plain path",
+                        environ.get("openstack.request_id"), script_name[:100])
+            environ["SCRIPT_NAME"] = ""
+        return app(environ, start_response)
+
+    return checked
+
+
+#: Context values that may come from the client (noauth2's token): escaped like the path.
+_CLIENT_NAMED = ("user", "project", "tenant", "domain", "user_domain", "project_domain", "system_scope")
+
+
+def escape_for_log(text: str) -> str:
+    """``text`` for a log line: unchanged when every character is printable,
+    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
+    ``\\u2028``, a backslash doubled): one request, one line."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def new_request_id() -> str:

@@ -14,6 +14,7 @@ of the status followed by the specific message.
 from __future__ import annotations
 
 import html
+import reprlib
 from http import HTTPStatus
 
 import orjson
@@ -32,7 +33,62 @@ EXPLANATIONS = {
     409: "There was a conflict when trying to complete your request.",
     415: "The request media type is not supported by this server.",
     500: "The server has either erred or is incapable of performing the requested operation.",
+    503: "The server is currently unavailable. Please try again at a later time.",
 }
+
+#: Seconds a client is asked to wait (``Retry-After``) before repeating a
+#: request the database could not serve: about what a Galera cluster takes
+#: to re-form after losing a node, or a pool to reconnect.
+RETRY_AFTER_SECONDS = 2
+
+
+def database_unavailable() -> HTTPError:
+    """503: the database cannot be reached now; nothing was changed.
+
+    Says only that: the error the driver raised (which names the
+    database's address and user) goes to the server's log."""
+    return HTTPError(503, "The database is unavailable, so the request was not carried out; "
+                          "nothing was changed. Try again in a few seconds.",
+                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+def outcome_unknown() -> HTTPError:
+    """503: the connection was lost while the change was being committed."""
+    return HTTPError(503, "The connection to the database was lost while this change was being "
+                          "committed: it may or may not have been made. Read it back, or send the "
+                          "same request again: the generations it carries make that safe (a change "
+                          "already made answers 409 or 404 and is not made twice).",
+                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+#: The most characters of a client's value an error text quotes: a value
+#: of a normal size is quoted whole (clients match Placement's texts), a
+#: larger one is cut, so that a 16 MiB body cannot make a 64 MiB answer.
+MAX_QUOTED = 2048
+
+
+def cut(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text``, or its first and last characters (``limit`` in all) and how
+    many were left out between them: the end of a message says what is
+    wrong with the value quoted before it ("... is too long")."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[:limit - tail]}... ({len(text) - limit} more characters) ...{text[-tail:]}"
+
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 256
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = _SHORT_REPR.maxtuple = 16
+
+
+def short_repr(value) -> str:
+    """``repr(value)`` when it is short; otherwise an abridged one (as
+    :mod:`reprlib` abridges, at bounded cost), cut to :data:`MAX_QUOTED`."""
+    if isinstance(value, str) and len(value) <= MAX_QUOTED:
+        return cut(repr(value))
+    return cut(_SHORT_REPR.repr(value))
 
 
 class HTTPError(Exception):

@@ -25,6 +25,7 @@ import jsonschema
 import orjson
 import webob
 
+from allotment.api import errors
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import Version
 from allotment.api.routes import Endpoint, schema_at
@@ -91,7 +92,7 @@ class Request(webob.BaseRequest):
             for key, value in params.items():
                 if "\x00" in key or "\x00" in value:
                     raise HTTPError(400, "Invalid query string parameters: "
-                                         + _NUL_MESSAGE % f"{key}={value}")
+                                         + _NUL_MESSAGE % errors.short_repr(f"{key}={value}"))
         return params
 
     def unchecked_query(self) -> list[tuple[str, str]] | None:
@@ -102,6 +103,17 @@ class Request(webob.BaseRequest):
             return list(webob.BaseRequest.GET.fget(self).items())
         except UnicodeDecodeError:
             return None
+
+
+#: A URL path prefix (a mount point, SCRIPT_NAME) that Location headers
+#: may carry: segments of path characters, none empty (``//host`` names
+#: another server), no backslash, no scheme.
+_PATH_PREFIX = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*")
+
+
+def is_plain_path_prefix(text: str) -> bool:
+    """Whether ``text`` is a mount point a URL on this server can start with."""
+    return _PATH_PREFIX.fullmatch(text) is not None
 
 
 def _validator(schema: dict):
@@ -135,13 +147,60 @@ def validate(data: Any, schema: dict) -> Any:
     if quick is None or not quick(data):
         error = _best_error(_validator(schema), data)
         if error is not None:
-            raise HTTPError(400, f"JSON does not validate: {error}")
+            raise HTTPError(400, f"JSON does not validate: {schema_error_text(error)}")
     bad = _non_finite(data)
     if bad is not None:
         # NaN and Infinity pass a "number" schema without a bound; no
         # quantity or ratio can be one (Placement fails on them with a 500).
         raise HTTPError(400, f"JSON does not validate: {bad} is not a finite number")
     return data
+
+
+def schema_error_text(error) -> str:
+    """python-jsonschema's full text of ``error``, as Placement answers it,
+    with the offending value quoted in full when it is of a normal size
+    and cut to :data:`errors.MAX_QUOTED` characters otherwise (the text
+    quotes it twice, and pretty-printing a large value costs seconds)."""
+    if len(error.message) <= errors.MAX_QUOTED and not _longer_than(error.instance, errors.MAX_QUOTED):
+        return str(error)
+    error.message = errors.cut(error.message)
+    error.instance = _Quoted(errors.short_repr(error.instance))
+    return str(error)
+
+
+class _Quoted:
+    """A value that prints as the (already cut) text it was given."""
+
+    def __init__(self, text: str):
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def _longer_than(value: Any, limit: int) -> bool:
+    """Whether ``value``'s repr would be longer than about ``limit``
+    characters, found looking at no more than that much of it."""
+    left = limit
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            left -= len(item) + 2
+        elif isinstance(item, dict):
+            left -= 2 + 4 * len(item)
+            if left >= 0:
+                pending.extend(item.keys())
+                pending.extend(item.values())
+        elif isinstance(item, list):
+            left -= 2 + 2 * len(item)
+            if left >= 0:
+                pending.extend(item)
+        else:
+            left -= 8
+        if left < 0:
+            return True
+    return False
 
 
 def _non_finite(data: Any) -> float | None:
@@ -155,7 +214,11 @@ def _non_finite(data: Any) -> float | None:
     return None
 
 
-_NUL_MESSAGE = "%r contains U+0000 (NUL), which no text in a request may contain"
+_NUL_MESSAGE = "%s contains U+0000 (NUL), which no text in a request may contain"
+#: Arrays and objects nested deeper than this are refused (400) before
+#: anything walks them: Placement's deepest document (a reshape) nests 6.
+MAX_JSON_DEPTH = 32
+_TOO_DEEP = f"Malformed JSON: arrays and objects nested more than {MAX_JSON_DEPTH} levels deep"
 # A run of 20 digits or more: an integer orjson would read as a float.
 _LONG_INTEGER = re.compile(rb"[0-9]{20}")
 
@@ -177,14 +240,38 @@ def decode_json(body: bytes) -> Any:
     no backend accepts them.
     """
     try:
-        data = orjson.loads(body)
-        if _LONG_INTEGER.search(body):
-            data = json.loads(body)
-    except ValueError as error:  # orjson.JSONDecodeError is one
-        data = _decode_lenient(body, error)
+        try:
+            data = orjson.loads(body)
+            if _LONG_INTEGER.search(body):
+                data = json.loads(body)
+        except ValueError as error:  # orjson.JSONDecodeError is one
+            if str(error).startswith("depth limit exceeded"):
+                raise HTTPError(400, _TOO_DEEP) from None
+            data = _decode_lenient(body, error)
+    except RecursionError:  # the standard library's reader, on a deep document
+        raise HTTPError(400, _TOO_DEEP) from None
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _deeper_than(data, MAX_JSON_DEPTH):
+        raise HTTPError(400, _TOO_DEEP)
     if b"\\u0000" in body:
         _refuse_nul(data)
     return data
+
+
+def _deeper_than(data: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` deep in ``data``
+    (level by level, without recursion)."""
+    level = [data]
+    for _ in range(limit):
+        inner: list = []
+        for value in level:
+            if isinstance(value, dict):
+                inner.extend(v for v in value.values() if isinstance(v, (dict, list)))
+            elif isinstance(value, list):
+                inner.extend(v for v in value if isinstance(v, (dict, list)))
+        if not inner:
+            return False
+        level = inner
+    return True
 
 
 def _decode_lenient(body: bytes, strict_error: ValueError) -> Any:
@@ -214,7 +301,7 @@ def _has_lone_surrogate(data: Any) -> bool:
 def _refuse_nul(data: Any) -> None:
     if isinstance(data, str):
         if "\x00" in data:
-            raise HTTPError(400, "JSON does not validate: " + _NUL_MESSAGE % data)
+            raise HTTPError(400, "JSON does not validate: " + _NUL_MESSAGE % errors.short_repr(data))
     elif isinstance(data, dict):
         for key, value in data.items():
             _refuse_nul(key)
@@ -261,7 +348,7 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
             quick = _quick_check(schema)
             error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
             if error is not None:
-                raise HTTPError(400, f"Invalid query string parameters: {error}")
+                raise HTTPError(400, f"Invalid query string parameters: {schema_error_text(error)}")
     return dict(req.GET)
 
 

@@ -268,8 +268,8 @@ def _links(paths: dict, operations: dict[tuple[str, str], dict]) -> None:
                 response["links"] = links
 
 
-@functools.lru_cache(maxsize=None)
-def _document(version: Version, server_url: str) -> dict:
+@functools.lru_cache(maxsize=None)  # one per version served, at most
+def _document(version: Version) -> dict:
     paths: dict[str, dict] = {}
     operations: dict[tuple[str, str], dict] = {}
     for table, own in ((ROUTES, False), (OWN_ROUTES, True)):
@@ -294,7 +294,7 @@ def _document(version: Version, server_url: str) -> dict:
         },
         "x-openstack-microversion": {"version": str(version), "min": str(MIN_VERSION),
                                      "max": str(MAX_VERSION)},
-        "servers": [{"url": server_url}],
+        "servers": [{"url": "/"}],
         "tags": [{"name": "allotment", "description": f"Allotment's own routes (under {OWN_PREFIX}, and /metrics), "
                                                       "outside Placement's URL space."}],
         "paths": paths,
@@ -320,12 +320,20 @@ def _document(version: Version, server_url: str) -> dict:
 
 def document(version: Version = MAX_VERSION, *, server_url: str = "/") -> dict:
     """The OpenAPI document of ``version`` (a fresh copy: callers may change it)."""
-    return copy.deepcopy(_document(version, server_url))
+    found = copy.deepcopy(_document(version))
+    found["servers"] = [{"url": server_url}]
+    return found
 
 
-@functools.lru_cache(maxsize=None)
+#: Rendered documents kept, per (version, the server's URL path): the path
+#: is the request's SCRIPT_NAME, which a proxy may set (bounded, whatever
+#: it sends).
+RENDERED_KEPT = 32
+
+
+@functools.lru_cache(maxsize=RENDERED_KEPT)
 def _rendered(version: Version, server_url: str) -> bytes:
-    return orjson.dumps(_document(version, server_url))
+    return orjson.dumps({**_document(version), "servers": [{"url": server_url}]})
 
 
 def serve_document(req) -> webob.Response:

@@ -16,7 +16,7 @@ import webob
 
 from allotment import ui
 from allotment.api.errors import HTTPError
-from allotment.api.http import Request
+from allotment.api.http import Request, is_plain_path_prefix
 from allotment.api.routes import OWN_PREFIX
 
 PAGE = OWN_PREFIX + "ui"
@@ -55,11 +55,15 @@ def _asset(req: Request, which: str) -> webob.Response:
 
 
 def slash_redirect(app):
-    """WSGI middleware: ``GET /allotment/ui/`` -> 301 ``/allotment/ui``."""
+    """WSGI middleware: ``GET /allotment/ui/`` -> 301 ``/allotment/ui``.
+
+    Always to this server: the mount point (SCRIPT_NAME) is kept only when
+    it is a plain path."""
 
     def redirect(environ, start_response):
         if environ.get("PATH_INFO") == PAGE + "/" and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
-            location = environ.get("SCRIPT_NAME", "") + PAGE
+            prefix = environ.get("SCRIPT_NAME", "")
+            location = (prefix if is_plain_path_prefix(prefix) else "") + PAGE
             start_response("301 Moved Permanently", [("Location", location), ("Content-Length", "0")])
             return [b""]
         return app(environ, start_response)

@@ -39,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from allotment import config_audit, server, service
+    from allotment import config, config_audit, server, service
 
     conf = common.load(args)
     config_audit.warn(conf)
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         LOG.warning("serving noauth2 on non-loopback address %s: every caller can claim any identity",
                     args.host)
+        config.allow_any_host(conf)
     metrics_dir = server.prepare_metrics(conf)  # before the application is built
     try:
         # allotment serve always brings the schema to head (whatever

@@ -696,6 +696,16 @@ _INVENTORIES = _GenerationCache()
 #: A provider as built last time: (parent id, root id, class ids of its
 #: records, their usage, the Provider), reused while those are the same.
 _PROVIDERS = _GenerationCache()
+
+
+def forget_generations() -> None:
+    """Empty the per-generation caches: the database they were read from went
+    back in time or was replaced, so a provider's generation no longer says
+    which of its states it is (provider_mirror calls this)."""
+    for cache in (_TRAITS, _RECORDS, _INVENTORIES, _PROVIDERS):
+        cache.clear()
+
+
 _CLASS_NAMES: dict[int, str] = {}
 
 
@@ -750,7 +760,33 @@ def mirrored_candidates(request: AllocationCandidatesRequest, names: Names,
     to try, in id order."""
     if nothing_to_find(request, names):
         return Candidates(ProviderSnapshot(), ())
-    return Candidates(snapshot, snapshot.root_ids)
+    members = _member_roots(request, snapshot)
+    return Candidates(snapshot, snapshot.root_ids if members is None else members)
+
+
+def _member_roots(request: AllocationCandidatesRequest, snapshot: ProviderSnapshot) -> list[int] | None:
+    """The roots, in snapshot order, of the trees that hold a provider in
+    one aggregate of each ``member_of`` any-of set of the request: the only
+    anchors that can give a candidate when no sharing provider lends
+    outside its own tree (every provider of a candidate is then in the
+    anchor's tree, and a group's aggregates are met by its provider or by
+    the tree's root).  None when no group names aggregates, or where
+    sharing providers lend.  So a query that a few trees meet costs about
+    its answer, not a look at every tree of the cloud (a member_of query
+    164 candidates meet over 100,000 nested hosts: 886 ms of server CPU)."""
+    wanted = [any_of for grp in request.groups for any_of in grp.aggregates.required]
+    if not wanted or snapshot.sharing_providers_by_anchor():
+        return None
+    by_aggregate = snapshot.aggregate_roots()
+    roots: set[int] | None = None
+    for any_of in wanted:
+        found: set[int] = set()
+        for aggregate in any_of:
+            found.update(by_aggregate.get(aggregate, ()))
+        roots = found if roots is None else roots & found
+        if not roots:
+            return []
+    return snapshot.in_root_order(roots)
 
 
 def load_candidates(conn: Connection, request: AllocationCandidatesRequest, names: Names, *,

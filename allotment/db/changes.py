@@ -48,11 +48,27 @@ second would give.
 Whether the triggers are all there is checked in the same statement (a
 dropped or disabled trigger, e.g. after a table was rebuilt, turns reuse
 off rather than leaving a write unseen).
+
+**Which database**: a number means something only for the database it
+was read from.  Each number carries, above its count (``identity <<
+TOKEN_SHIFT``), the identity of the history it belongs to: a random token
+kept in the counter table (made with it, renewed by migration 0005), and
+on PostgreSQL also the counter table's own oid (a restored dump makes the
+table anew) and the server's start time (a point-in-time recovery or a
+promoted replica is a server started since).  Numbers of two histories are
+never equal (:func:`same_history`), and within one history a number read
+later that is smaller than one read earlier means the database went back
+in time (a restored backup): :func:`went_back` tells both, and the mirror
+of every provider (:mod:`allotment.db.provider_mirror`) reads everything
+again when it sees either.  (A restored SQLite file keeps its token: it is
+seen going back when a read sees its smaller number, that is unless as
+many writes as were lost have been made before any read.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -81,10 +97,11 @@ PROVIDER_COLUMN = {"resource_providers": "id", "inventories": "resource_provider
                    "resource_provider_aggregates": "resource_provider_id"}
 #: A noted "provider" 0: something every provider may depend on changed.
 EVERYTHING = 0
-#: SQLite: the token is kept in the counter table's row of this id.
+#: The token is kept in the counter table's row of this id.
 _TOKEN_ROW = 2
-#: SQLite numbers are token * 2**TOKEN_SHIFT + n.
-TOKEN_SHIFT = 48
+#: Numbers are identity * 2**TOKEN_SHIFT + the count.
+TOKEN_SHIFT = 64
+_COUNT_MASK = (1 << TOKEN_SHIFT) - 1
 TRIGGER_PREFIX = "allotment_chg_"
 PG_FUNCTION = "allotment_note_change"
 #: Backends on which the triggers are made.
@@ -130,8 +147,8 @@ def create(conn: Connection, *, note_providers: bool = True) -> None:
     drop(conn)
     conn.exec_driver_sql(f"CREATE TABLE {COUNTER} (id INTEGER NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
     conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES (1, 0)")
+    new_identity(conn)
     if backend == "sqlite":
-        conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES ({_TOKEN_ROW}, abs(random() % 32767) + 1)")
         if note_providers:
             conn.exec_driver_sql(f"CREATE TABLE {PROVIDER_CHANGES} "
                                  f"(provider_id INTEGER NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
@@ -180,6 +197,32 @@ def create(conn: Connection, *, note_providers: bool = True) -> None:
             f"RETURN NULL; END $$")
         for event, transition in _PG_TRANSITIONS:
             _pg_note_trigger(conn, table, event, transition, function)
+
+
+def new_identity(conn: Connection) -> None:
+    """Give the counter table a new random token: numbers read from now on
+    belong to a new history (see the module doc)."""
+    if conn.dialect.name not in BACKENDS:
+        return
+    token = secrets.randbits(62) + 1
+    if not conn.exec_driver_sql(f"UPDATE {COUNTER} SET n = {token} WHERE id = {_TOKEN_ROW}").rowcount:
+        conn.exec_driver_sql(f"INSERT INTO {COUNTER} (id, n) VALUES ({_TOKEN_ROW}, {token})")
+
+
+def same_history(first: int, second: int) -> bool:
+    """Whether two numbers were read from the same database (history)."""
+    return first >> TOKEN_SHIFT == second >> TOKEN_SHIFT
+
+
+def went_back(kept: int, now: int) -> str | None:
+    """Why ``now``, read after ``kept`` was, cannot follow it (None: it can):
+    the database is not the one ``kept`` was read from, or it went back."""
+    if not same_history(kept, now):
+        return "the database is not the one read before (its identity changed)"
+    if now < kept:
+        return (f"the database went back in time (change number {now & _COUNT_MASK}, "
+                f"after {kept & _COUNT_MASK})")
+    return None
 
 
 #: (event, transition tables) of the PostgreSQL triggers that note providers.
@@ -238,9 +281,14 @@ _SQLITE_NUMBER = sa.text(
 #: PostgreSQL: how many of our triggers are there and enabled.
 _PG_TRIGGERS = (f"(SELECT count(*) FROM pg_catalog.pg_trigger WHERE tgname LIKE '{TRIGGER_PREFIX}%' "
                 f"AND tgenabled = 'A')")
+#: PostgreSQL: what the identity is made of (the token, the counter table's
+#: oid, the server's start time in microseconds).
+_PG_IDENTITY = (f"(SELECT n FROM {COUNTER} WHERE id = {_TOKEN_ROW}), "
+                f"(SELECT tableoid::bigint FROM {COUNTER} WHERE id = 1), "
+                f"(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint")
 _PG_NUMBER = sa.text(
     f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG}), "
-    f"{_PG_TRIGGERS}, (SELECT count(*) FROM {LOG})")
+    f"{_PG_TRIGGERS}, (SELECT count(*) FROM {LOG}), {_PG_IDENTITY}")
 _PG_NUMBER_SQL = _PG_NUMBER.text
 _SQLITE_NUMBER_SQL = _SQLITE_NUMBER.text
 _EXPECTED = {"sqlite": len(TRACKED) * 3, "postgresql": len(TRACKED) + len(_pg_note_triggers())}
@@ -264,7 +312,8 @@ def read_number(conn: Connection) -> tuple[int | None, bool]:
                 cursor.close()
             number, logged = _with_token(number, token), 0
         else:
-            number, triggers, logged = _pg_number(conn.connection)
+            number, triggers, logged, *identity = _pg_number(conn.connection)
+            number = _with_token(number, _pg_identity(*identity))
     except (sa.exc.DBAPIError, conn.dialect.loaded_dbapi.Error):  # not migrated yet: a read
         return None, False                                          # without a transaction to spoil
     return _number(backend, number, triggers, logged)
@@ -289,7 +338,10 @@ def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
     backend = engine.dialect.name
     if backend not in BACKENDS:
         return None, False
-    raw = engine.raw_connection()
+    try:
+        raw = engine.raw_connection()
+    except engine.dialect.dbapi.Error:  # unreachable: the request's own read says so
+        return None, False
     try:
         if backend == "postgresql":
             row = _pg_number(raw)
@@ -308,16 +360,25 @@ def current_number(engine: sa.Engine) -> tuple[int | None, bool]:
     finally:
         raw.close()
     if backend == "postgresql":
-        return _number(backend, *row)
+        number, triggers, logged, *identity = row
+        return _number(backend, _with_token(number, _pg_identity(*identity)), triggers, logged)
     return _number(backend, _with_token(row[0], row[2]), row[1], 0)
 
 
 def _with_token(n, token):
-    """The SQLite number: the counter with the table's token above it (None
-    without a token: a table made before migration 0004)."""
+    """The number: the count with the identity above it (None without a
+    token: on SQLite a table made before migration 0004, on PostgreSQL
+    before 0005)."""
     if n is None or token is None:
         return None
     return (int(token) << TOKEN_SHIFT) + int(n)
+
+
+def _pg_identity(token, oid, started) -> int | None:
+    """PostgreSQL's identity from its parts (62 bits)."""
+    if token is None or oid is None:
+        return None
+    return hash((int(token), int(oid), int(started or 0))) & ((1 << 62) - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,7 +397,7 @@ class PgNotes:
 _PG_NOTES = (f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
              f"{_PG_TRIGGERS.replace('%', '%%')}, ARRAY(SELECT txid FROM {LOG}), "
              f"ARRAY(SELECT ARRAY[txid, provider_id] FROM {PROVIDER_LOG}), "
-             f"ARRAY(SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > %s)")
+             f"ARRAY(SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > %s), {_PG_IDENTITY}")
 
 
 def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, set[int] | None]:
@@ -353,14 +414,15 @@ def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, s
     cursor = conn.connection.cursor()
     try:
         cursor.execute(_PG_NOTES, (-1 if since is None else since.folded,))
-        folded, triggers, logged, provider_log, compacted = cursor.fetchone()
+        folded, triggers, logged, provider_log, compacted, *identity = cursor.fetchone()
     finally:
         cursor.close()
-    number, _ = _number("postgresql", None if folded is None else int(folded) + len(logged), triggers, 0)
+    number, _ = _number("postgresql", None if folded is None else _with_token(
+        int(folded) + len(logged), _pg_identity(*identity)), triggers, 0)
     if number is None:
         return None, None
     notes = PgNotes(number, int(folded), frozenset(logged))
-    if since is None:
+    if since is None or went_back(since.number, number):
         return notes, None
     changed = {int(pid) for txid, pid in provider_log if txid not in since.seen}
     changed.update(int(pid) for pid in compacted)
@@ -376,10 +438,9 @@ def changed_providers(conn: Connection, since: int, now: int) -> set[int] | None
     transaction), :data:`EVERYTHING` among them when a table of names was;
     None when the two numbers are not of the same table (it was made
     again: everything may have changed)."""
-    if since >> TOKEN_SHIFT != now >> TOKEN_SHIFT:
+    if not same_history(since, now):
         return None
-    mask = (1 << TOKEN_SHIFT) - 1
-    return {row[0] for row in conn.execute(_CHANGED, {"n": since & mask})}
+    return {row[0] for row in conn.execute(_CHANGED, {"n": since & _COUNT_MASK})}
 
 
 def _number(backend: str, number, triggers, logged) -> tuple[int | None, bool]:

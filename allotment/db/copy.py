@@ -292,7 +292,8 @@ def check_target(conn: Connection) -> None:
     # Allotment's own bookkeeping (its revision, the change number that reused
     # candidate answers are checked against) is laid out afresh, never copied.
     ours = ({table.name for table in COPIED} | {reference_layout.VERSION_TABLE, migrate.VERSION_TABLE}
-            | {changes.COUNTER, changes.LOG, changes.PROVIDER_CHANGES, changes.PROVIDER_LOG})
+            | {changes.COUNTER, changes.LOG, changes.PROVIDER_CHANGES, changes.PROVIDER_LOG}
+            | {migrate.LOCK_TABLE})
     foreign = sorted(present - ours)
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")

@@ -40,6 +40,9 @@ T = TypeVar("T")
 
 # How often a transaction that hit a deadlock / lock timeout is re-run.
 TRANSIENT_RETRIES = 20
+#: How often a write transaction whose connection was lost before COMMIT is
+#: run again on a new connection.
+RECONNECTS = 1
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 #: A pooled server connection idle longer than this is pinged before use.
 IDLE_PING_SECONDS = 10.0
@@ -71,8 +74,8 @@ def normalize_url(url: str) -> sa.engine.URL:
 def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
                   pool_timeout: int | None = None, recycle: int = 3600,
                   sqlite_synchronous: bool = True, mysql_sql_mode: str | None = "TRADITIONAL",
-                  echo: bool = False, sqlite_wal: bool = True, pg_autocommit: bool = False,
-                  pg_prepare: bool = True) -> Engine:
+                  mysql_wsrep_sync_wait: int | None = None, echo: bool = False, sqlite_wal: bool = True,
+                  pg_autocommit: bool = False, pg_prepare: bool = True) -> Engine:
     """``sqlite_wal=False`` leaves a SQLite file's journal mode as it is (a copy's source).
     ``pg_autocommit``: PostgreSQL (psycopg2) transactions are sent by us on
     connections the driver keeps in autocommit (:func:`_setup_postgresql`;
@@ -99,8 +102,8 @@ def create_engine(url: str, *, pool_size: int = 5, max_overflow: int = 50,
         _ping_idle_connections(engine)
         if kwargs.get("isolation_level") == "AUTOCOMMIT":
             _setup_postgresql(engine, pg_prepare)
-        if backend == "mysql" and mysql_sql_mode:
-            _setup_mysql(engine, mysql_sql_mode)
+        if backend == "mysql" and (mysql_sql_mode or mysql_wsrep_sync_wait is not None):
+            _setup_mysql(engine, mysql_sql_mode, mysql_wsrep_sync_wait)
     return engine
 
 
@@ -348,12 +351,70 @@ def _prepare_statements(engine: Engine) -> None:
     engine.dialect.do_execute = do_execute
 
 
-def _setup_mysql(engine: Engine, sql_mode: str) -> None:
+def _setup_mysql(engine: Engine, sql_mode: str | None, wsrep_sync_wait: int | None = None) -> None:
+    """Each new session: the SQL mode, and Galera's ``wsrep_sync_wait`` when
+    ``[placement_database] mysql_wsrep_sync_wait`` sets it.
+
+    A Galera node answers reads from what it has applied, which may be a
+    moment behind what another node has already committed: a provider
+    created through node 1 can be 404 right after through node 2.  With
+    ``wsrep_sync_wait = 1`` each read first waits until the node has
+    applied everything committed in the cluster before it (a round of
+    group communication: a fraction of a millisecond on a LAN).  A server
+    without the variable (MySQL, or MariaDB built without Galera) is told
+    once in the log and the sessions go on without it."""
+    warned = []
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
         cursor = dbapi_conn.cursor()
-        cursor.execute("SET SESSION sql_mode = %s", (sql_mode,))
-        cursor.close()
+        try:
+            if sql_mode:
+                cursor.execute("SET SESSION sql_mode = %s", (sql_mode,))
+            if wsrep_sync_wait is not None:
+                try:
+                    cursor.execute("SET SESSION wsrep_sync_wait = %s", (wsrep_sync_wait,))
+                except engine.dialect.loaded_dbapi.Error as error:
+                    if _mysql_code(error) != _UNKNOWN_VARIABLE:
+                        raise
+                    if not warned:
+                        warned.append(True)
+                        LOG.warning("[placement_database] mysql_wsrep_sync_wait is set but the database "
+                                    "server has no wsrep_sync_wait (not a Galera node): ignored")
+        finally:
+            cursor.close()
+
+
+#: MySQL's "Unknown system variable".
+_UNKNOWN_VARIABLE = 1193
+
+
+def _mysql_code(error: BaseException) -> int | None:
+    args = getattr(error, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def set_wsrep_sync_wait(conn: Connection, value: int) -> int | None:
+    """Set the session's ``wsrep_sync_wait`` on a MySQL/MariaDB connection;
+    returns the value it had, or None where the server has no such
+    variable (then nothing is set)."""
+    try:
+        previous = conn.exec_driver_sql("SELECT @@SESSION.wsrep_sync_wait").scalar()
+        conn.exec_driver_sql("SET SESSION wsrep_sync_wait = %s", (value,))
+    except exc.DBAPIError as error:
+        if _mysql_code(error.orig) != _UNKNOWN_VARIABLE:
+            raise
+        conn.rollback()
+        return None
+    conn.commit()
+    return int(previous)
+
+
+def one_line(error: BaseException) -> str:
+    """The driver's message of a database error, on one line (for logs)."""
+    orig = getattr(error, "orig", None)
+    text = str(orig if orig is not None else error).strip().splitlines()
+    return text[0] if text else type(error).__name__
 
 
 def is_transient(error: BaseException) -> bool:
@@ -371,6 +432,50 @@ def is_transient(error: BaseException) -> bool:
     return "database is locked" in text or "deadlock" in text or "database table is locked" in text
 
 
+#: MySQL/MariaDB errors that say the server cannot be used now: cannot
+#: connect (2002, 2003, 2005), connection lost or killed (2006, 2013, 2055,
+#: 1927, 4031), too many connections (1040), shutting down (1053), and a
+#: Galera node outside the primary component ("WSREP has not yet prepared
+#: node for application use", 1047).
+_MYSQL_UNREACHABLE = frozenset({1040, 1047, 1053, 1927, 2002, 2003, 2005, 2006, 2013, 2055, 4031})
+#: PostgreSQL: admin or crash shutdown, starting up or in recovery, too many
+#: connections (and every SQLSTATE of class 08, connection exception).
+_PG_UNREACHABLE = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached (or used) at all
+    now, rather than that one statement failed: the request can be answered
+    503, to be tried again, instead of 500."""
+    if isinstance(error, exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        orig = error.orig
+    elif type(error).__module__.split(".")[0] in _DRIVERS:  # raised by the pool, unwrapped
+        orig = error
+    else:
+        return False
+    # PEP 249's names: the server or the link failed, not the statement.
+    failed = type(orig).__name__ in ("OperationalError", "InterfaceError")
+    if hasattr(orig, "pgcode"):  # psycopg2: connection failures carry no SQLSTATE
+        code = orig.pgcode
+        return failed and (code is None or code.startswith("08") or code in _PG_UNREACHABLE)
+    code = _mysql_code(orig)
+    if code is not None:
+        return code in _MYSQL_UNREACHABLE
+    return failed and "unable to open database file" in str(orig)
+
+
+#: The drivers' modules (their errors may reach callers unwrapped from a
+#: pool's connect).
+_DRIVERS = frozenset({"psycopg2", "pymysql", "sqlite3"})
+
+
+class CommitOutcomeUnknown(Exception):
+    """The connection was lost while a transaction was being committed: the
+    database may have committed it or not, and this process cannot tell."""
+
+
 class Database:
     """One engine per process, created lazily so it survives a fork."""
 
@@ -382,11 +487,22 @@ class Database:
         #: deadlock, serialization failure or lock) or "race" (an error
         #: listed in retry_on, such as a lost generation swap).  Metrics.
         self.on_retry: Callable[[str], None] | None = None
+        #: Called whenever a pooled connection is found lost (the database
+        #: restarted, failed over, or cannot be reached): what was read
+        #: before may belong to a database that has since gone back in time.
+        self.on_connection_lost: list[Callable[[], None]] = []
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = create_engine(self.url, pg_autocommit=True, **self._engine_kwargs)
+            engine = create_engine(self.url, pg_autocommit=True, **self._engine_kwargs)
+
+            @event.listens_for(engine, "invalidate")
+            def _lost(_dbapi_conn, _record, _error):
+                for callback in self.on_connection_lost:
+                    callback()
+
+            self._engine = engine
         return self._engine
 
     @property
@@ -417,11 +533,28 @@ class Database:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
-        """A single write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(allotment_write=True)
-            with conn.begin():
-                yield conn
+        """A single write transaction (``BEGIN IMMEDIATE`` on SQLite).
+
+        Losing the connection while the ``COMMIT`` is on its way raises
+        :class:`CommitOutcomeUnknown`: the server may have committed (a
+        Galera node killed after replicating the write, a network cut
+        after the server received the ``COMMIT``) or not, and a caller
+        must not report either.  Lost before the ``COMMIT``, nothing was
+        committed and the error is raised as it is.
+        """
+        committing = False
+        try:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(allotment_write=True)
+                with conn.begin():
+                    yield conn
+                    committing = True
+        except exc.DBAPIError as error:
+            if committing and is_unreachable(error):
+                LOG.warning("the database connection was lost during COMMIT: outcome unknown (%s)",
+                            one_line(error))
+                raise CommitOutcomeUnknown(str(error.orig)) from error
+            raise
 
     def run_write(self, work: Callable[[Connection], T], *,
                   retry_on: tuple[type[BaseException], ...] = (),
@@ -434,11 +567,20 @@ class Database:
         """
         transient_left = TRANSIENT_RETRIES
         chosen_left = retries
+        reconnect_left = RECONNECTS
         while True:
             try:
                 with self.write() as conn:
                     return work(conn)
             except exc.DBAPIError as error:
+                if error.connection_invalidated and reconnect_left > 0:
+                    # Lost before COMMIT (write() tells the other case):
+                    # nothing was committed, and a new connection may reach
+                    # the database (a pooled one left by a restarted server,
+                    # another node behind a load balancer).
+                    reconnect_left -= 1
+                    LOG.info("database connection lost, trying once more: %s", one_line(error))
+                    continue
                 if not is_transient(error) or transient_left <= 0:
                     raise
                 transient_left -= 1
@@ -468,6 +610,7 @@ def database_from_config(conf) -> Database:
         max_overflow=_or(db_conf.max_overflow, config.MAX_OVERFLOW),
         pool_timeout=db_conf.pool_timeout, recycle=db_conf.connection_recycle_time,
         sqlite_synchronous=db_conf.sqlite_synchronous, mysql_sql_mode=db_conf.mysql_sql_mode,
+        mysql_wsrep_sync_wait=db_conf.mysql_wsrep_sync_wait,
         echo=db_conf.connection_debug >= 50,
         pg_prepare=_allotment_option(conf, "pg_prepared_statements", True),
     )

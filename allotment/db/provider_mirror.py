@@ -24,7 +24,13 @@ by reading again only the providers noted since:
   not touched keep their objects and derived indexes;
 * a change to a table of names (a class renamed, a trait deleted), a
   counter table made again, or more than half of the providers noted,
-  reads everything again.
+  reads everything again;
+* so does a database that is not the one the mirror was read from, or
+  that went back in time (a restored backup, a point-in-time recovery, a
+  promoted replica that had not received the last writes): its change
+  number belongs to another history, or is smaller than the mirror's when
+  read in a transaction that began after the mirror's
+  (:func:`allotment.db.changes.went_back`).
 
 The snapshot is never modified once made: a request holds the one it was
 given while another thread makes the next.  A request whose transaction
@@ -43,13 +49,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
-from allotment.db.allocation_candidates import built_inventories
-from allotment.domain.allocation_candidates import MEMO_LIMIT
+from allotment.db.allocation_candidates import built_inventories, forget_generations
+from allotment.domain.allocation_candidates import MEMO_LIMIT, MEMO_UNITS_PER_TREE
 from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 
 RP = tables.resource_providers
@@ -64,25 +71,48 @@ RP_AGG = tables.resource_provider_aggregates
 LOG = logging.getLogger(__name__)
 
 #: Above this many providers no mirror is kept.
-MAX_PROVIDERS = 200_000
-#: Providers whose other rows are read together (see ``_providers``).
-WINDOW = 1024
+MAX_PROVIDERS = 1_000_000
+#: Providers whose other rows are read together (see ``_providers``): in
+#: a read of every provider, a range of ids; in a read of some, a list.
+WINDOW = 4096
+ID_WINDOW = 256
 #: The statements that read providers, each as (every provider's rows, the
-#: rows of the providers in the list ``ids``).
+#: rows of the providers in the list ``ids``, those of ids ``lo`` to ``hi``).
 _IDS = sa.bindparam("ids", expanding=True)
+EVERY, LISTED, RANGE = 0, 1, 2
 
 
-def _both(statement: sa.Select, column) -> tuple[sa.Select, sa.Select]:
-    return statement, statement.where(column.in_(_IDS))
+def _both(statement: sa.Select, column) -> tuple[sa.Select, sa.Select, sa.Select]:
+    return (statement, statement.where(column.in_(_IDS)),
+            statement.where(column.between(sa.bindparam("lo"), sa.bindparam("hi"))))
 
 
 _PROVIDERS = _both(sa.select(RP.c.id, RP.c.uuid, RP.c.parent_provider_id,
                              sa.func.coalesce(RP.c.root_provider_id, RP.c.id), RP.c.generation), RP.c.id)
-_RECORDS = _both(sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
-                           INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio)
-                 .order_by(INV.c.resource_provider_id, INV.c.resource_class_id), INV.c.resource_provider_id)
-_USAGE = _both(sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, sa.func.sum(ALLOC.c.used))
-               .group_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id), ALLOC.c.resource_provider_id)
+
+
+def _records(which: int) -> sa.Select:
+    """Inventory records with their usage (what is allocated of a class a
+    provider has no inventory of is not shown, as elsewhere), in (provider,
+    class) order: the usage summed in a subquery of the same providers."""
+    usage = sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id,
+                      sa.func.sum(ALLOC.c.used).label("used")).group_by(
+        ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id)
+    usage = _both(usage, ALLOC.c.resource_provider_id)[which].subquery()
+    records = (sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
+                         INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio,
+                         sa.func.coalesce(usage.c.used, 0))
+               .select_from(INV.outerjoin(usage, sa.and_(
+                   usage.c.resource_provider_id == INV.c.resource_provider_id,
+                   usage.c.resource_class_id == INV.c.resource_class_id)))
+               .order_by(INV.c.resource_provider_id, INV.c.resource_class_id))
+    return _both(records, INV.c.resource_provider_id)[which]
+
+
+#: (every provider's, those listed, those of a range): inventory records
+#: as (provider id, class id, total, reserved, min_unit, max_unit,
+#: step_size, ratio, used).
+_RECORDS = (_records(EVERY), _records(LISTED), _records(RANGE))
 _TRAITS = _both(sa.select(RP_TRAITS.c.resource_provider_id, TRAITS.c.name)
                 .join(TRAITS, TRAITS.c.id == RP_TRAITS.c.trait_id)
                 .order_by(RP_TRAITS.c.resource_provider_id, RP_TRAITS.c.trait_id), RP_TRAITS.c.resource_provider_id)
@@ -99,14 +129,20 @@ class ProviderMirror:
         #: (the change number it is current at, the snapshot, the notes
         #: read with it: the number on SQLite, changes.PgNotes on PostgreSQL)
         self._state: tuple | None = None
-        # Equal values kept once: inventory mappings by (records, usage),
-        # trait lists, aggregate sets.
+        # Equal values kept once: trait lists, aggregate sets.
         self._kept: dict = {}
+        #: Inventory mappings by their records (with usage), kept once.
+        self._inventories: dict = {}
+        #: Resource class names by id, read with every full read and when
+        #: a partial read meets a class not among them.
+        self._class_names: dict[int, str] | None = None
         #: Reads of everything, and of some providers (for tests and logs).
         self.full_reads = 0
         self.partial_reads = 0
         #: Set for good once there were too many providers to keep.
         self.too_big = False
+        #: Times the database was seen gone back in time or replaced.
+        self.rebuilds = 0
 
     def snapshot(self, conn: Connection, number: int | None) -> ProviderSnapshot | None:
         """Every provider as ``conn``'s transaction sees them, ``number``
@@ -127,15 +163,35 @@ class ProviderMirror:
             changed = None
             if state is not None:
                 changed = changes.changed_providers(conn, state[0], number)
-                if changed is not None and state[0] > number:
-                    return None  # this transaction began before the mirror's
+                if changed is None:
+                    self._forget(changes.went_back(state[0], number))
+                elif state[0] > number:
+                    # This transaction began before the mirror's was read,
+                    # or the database went back in time: a number read now
+                    # in a transaction of its own tells which.
+                    now, _ = changes.current_number(conn.engine)
+                    reason = None if now is None else changes.went_back(state[0], now)
+                    if reason:
+                        self._forget(reason)
+                        self._state = None
+                    return None
             snapshot = self._changed(conn, state, changed)
             return self._keep(number, snapshot, number)
+
+    def _forget(self, reason: str | None) -> None:
+        """The database is not the one the mirror was read from, or went back
+        in time: nothing read from it before is kept (the mirror is read
+        again whole, and the process's per-generation caches emptied)."""
+        if reason is None:
+            return
+        LOG.warning("%s: reading every resource provider again", reason)
+        self.rebuilds += 1
+        forget_generations()
 
     def _keep(self, number: int, snapshot: ProviderSnapshot | None, notes) -> ProviderSnapshot | None:
         if snapshot is None or len(snapshot) > MAX_PROVIDERS:
             LOG.warning("more than %d resource providers: not kept in memory by this process", MAX_PROVIDERS)
-            self.too_big, self._state, self._kept = True, None, {}
+            self.too_big, self._state, self._kept, self._inventories = True, None, {}, {}
             return None
         self._state = (number, snapshot, notes)
         return snapshot
@@ -165,6 +221,11 @@ class ProviderMirror:
             elif state is not None and notes.number == state[0]:
                 snapshot = state[1]  # another thread has just brought it here
             else:
+                # This transaction began after the mirror's: a smaller number,
+                # or one of another database, is a database gone back in time
+                # or replaced (pg_notes then gives no changes: read it all).
+                if state is not None:
+                    self._forget(changes.went_back(state[0], notes.number))
                 snapshot = self._keep(notes.number, self._changed(conn, state, changed), notes)
             cursor.execute("COMMIT")
         except BaseException:
@@ -176,22 +237,25 @@ class ProviderMirror:
 
     def _read_all(self, conn: Connection) -> ProviderSnapshot | None:
         self.full_reads += 1
-        self._kept = {}
+        self._kept, self._inventories = {}, {}
+        started = time.perf_counter()
         providers = self._providers(conn, None)
         if providers is None:
             return None
         providers.sort(key=lambda prov: (prov.root_id, prov.id))
         snapshot = ProviderSnapshot(providers)
+        LOG.info("provider mirror: read every provider (%d) in %.2f s", len(providers),
+                 time.perf_counter() - started)
         # The candidates of each tree, and the summary of each provider,
         # while the tree does not change.
-        snapshot.tree_memo = TreeMemo(MEMO_LIMIT)
+        snapshot.tree_memo = TreeMemo(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids)))
         snapshot.per_provider = {}
         return snapshot
 
     def _read_some(self, conn: Connection, old: ProviderSnapshot, ids: set[int]) -> ProviderSnapshot | None:
         self.partial_reads += 1
-        if len(self._kept) > 4 * len(old) + 1024:
-            self._kept = {}
+        if len(self._kept) + len(self._inventories) > 4 * len(old) + 1024:
+            self._kept, self._inventories = {}, {}
         providers = self._providers(conn, sorted(ids))
         if providers is None:
             return None
@@ -202,22 +266,33 @@ class ProviderMirror:
         None when there are more than :data:`MAX_PROVIDERS`.
 
         Past :data:`WINDOW` providers their inventories, usage, traits and
-        aggregates are read :data:`WINDOW` providers at a time (all in the
-        caller's transaction), so that the rows of one window, not of the
-        whole cloud, are held while its providers are built: the first
-        read of 10,000 flat hosts peaked at 19.3 MB instead of 30.0 MB
-        (what it keeps: 19.1 MB)."""
-        rows = raw_rows.rows(conn, _PROVIDERS[0 if ids is None else 1], {} if ids is None else {"ids": ids})
+        aggregates are read a window at a time (all in the caller's
+        transaction), so that the rows of one window, not of the whole
+        cloud, are held while its providers are built: the first read of
+        10,000 flat hosts peaked at 19.3 MB instead of 30.0 MB (what it
+        keeps: 19.1 MB).  A read of every provider asks for each window's
+        range of ids (the ids between its first and last provider's are
+        all its own), which each table's index on the provider id serves
+        as one range: on PostgreSQL a list of a thousand ids was planned as
+        a scan of the table, 45 ms for a window of 430,000 providers'
+        allocations."""
+        rows = raw_rows.rows(conn, _PROVIDERS[EVERY if ids is None else LISTED], {} if ids is None else {"ids": ids})
         if ids is None and len(rows) > MAX_PROVIDERS:
             return None
-        class_names = dict(raw_rows.rows(conn, _CLASSES, {}))
+        class_names = self._class_names
+        if ids is None or class_names is None:
+            class_names = self._class_names = dict(raw_rows.rows(conn, _CLASSES, {}))
         if ids is None and len(rows) <= WINDOW:
-            return self._built(conn, rows, 0, {}, class_names)
+            return self._built(conn, rows, EVERY, {}, class_names)
         rows.sort()
         built: list[Provider] = []
-        for start in range(0, len(rows), WINDOW):
-            window = rows[start:start + WINDOW]
-            built += self._built(conn, window, 1, {"ids": [row[0] for row in window]}, class_names)
+        size = WINDOW if ids is None else ID_WINDOW
+        for start in range(0, len(rows), size):
+            window = rows[start:start + size]
+            if ids is None:
+                built += self._built(conn, window, RANGE, {"lo": window[0][0], "hi": window[-1][0]}, class_names)
+            else:
+                built += self._built(conn, window, LISTED, {"ids": [row[0] for row in window]}, class_names)
         return built
 
     def _built(self, conn: Connection, rows: list, which: int, params: dict, class_names: dict) -> list[Provider]:
@@ -226,23 +301,25 @@ class ProviderMirror:
         records: dict[int, list] = {}
         for row in raw_rows.rows(conn, _RECORDS[which], params):
             records.setdefault(row[0], []).append(row[1:])
-        usage = {(pid, class_id): int(used) for pid, class_id, used in raw_rows.rows(conn, _USAGE[which], params)}
+            if row[1] not in class_names:
+                # A class made since the names were read (a new name notes
+                # no provider; a renamed or deleted one makes a full read).
+                class_names.update(raw_rows.rows(conn, _CLASSES, {}))
         traits: dict[int, list[str]] = {}
         for pid, name in raw_rows.rows(conn, _TRAITS[which], params):
             traits.setdefault(pid, []).append(name)
         aggregates: dict[int, list[str]] = {}
         for pid, uuid in raw_rows.rows(conn, _AGGREGATES[which], params):
             aggregates.setdefault(pid, []).append(uuid)
-        kept = self._kept
+        kept = self._inventories
         nothing: tuple = ()
         built = []
         for pid, uuid, parent, root, generation in rows:
             own = tuple(records.get(pid, nothing))
-            used = tuple([usage.get((pid, record[0]), 0) for record in own])
-            key = (own, used)
-            inventories = kept.get(key)
+            inventories = kept.get(own)
             if inventories is None:
-                inventories = kept[key] = built_inventories(own, used, class_names)
+                inventories = kept[own] = built_inventories([record[:-1] for record in own],
+                                                            [int(record[-1]) for record in own], class_names)
             built.append(Provider(
                 id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
                 traits=self._once(tuple(traits.get(pid, nothing))),

@@ -116,6 +116,27 @@ def state(conn: Connection) -> str:
     return "unknown"
 
 
+def refusal(conn: Connection) -> SchemaNotReady | None:
+    """Why a database that carries a revision cannot be taken over (None:
+    it can, or it carries none yet).  Read only: asked before anything is
+    changed, the migration lock's table included.  A database without a
+    revision is judged under the lock, as another process may be laying
+    it out at this very moment."""
+    revision = placement_revision(conn)
+    if revision is None or revision == LEGACY_ALLOTMENT_REVISION:
+        return None
+    if revision not in REVISIONS:
+        return SchemaNotReady(f"the database's schema revision {revision!r} is neither Placement's "
+                              "nor Allotment's: not a layout Allotment knows")
+    # The reference's two blocking revisions.
+    if REVISIONS.index(revision) < REVISIONS.index("b5c396305c25"):
+        reason = pending_online_migrations(conn)
+        if reason:
+            return SchemaNotReady(f"schema at Placement revision {revision} cannot be upgraded yet: "
+                                  + reason, needs_online_migrations=True)
+    return None
+
+
 def adopt(conn: Connection) -> str | None:
     """Bring the database to Placement 16.0.0's layout; returns the revision found.
 
@@ -131,22 +152,16 @@ def adopt(conn: Connection) -> str | None:
         _convert_legacy(conn)
         _set_revision(conn, HEAD)
         return revision
-    if found == "unknown":
-        if revision is None:
-            raise SchemaNotReady("the database holds Placement tables but no schema revision "
-                                 "(alembic_version): not a layout Allotment knows")
-        raise SchemaNotReady(f"the database's schema revision {revision!r} is neither Placement's "
-                             "nor Allotment's: not a layout Allotment knows")
+    if found == "unknown" and revision is None:
+        raise SchemaNotReady("the database holds Placement tables but no schema revision "
+                             "(alembic_version): not a layout Allotment knows")
+    refused = refusal(conn)  # checked before changing anything
+    if refused is not None:
+        raise refused
     position = REVISIONS.index(revision)
     if position == len(REVISIONS) - 1:
         _binary_collation(conn)
         return revision
-    # The reference's two blocking revisions: check before changing anything.
-    if position < REVISIONS.index("b5c396305c25"):
-        reason = pending_online_migrations(conn)
-        if reason:
-            raise SchemaNotReady(f"schema at Placement revision {revision} cannot be upgraded yet: "
-                                 + reason, needs_online_migrations=True)
     if position < REVISIONS.index("422ece571366"):
         _add_consumer_types(conn)
         _set_revision(conn, "422ece571366")

@@ -12,6 +12,8 @@ Several processes may sync at once: inserts that lose a race are ignored.
 from __future__ import annotations
 
 import contextlib
+import random
+import time
 from typing import Iterator
 
 import os_resource_classes
@@ -20,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import tables
-from allotment.db.engine import Database, utcnow
+from allotment.db.engine import Database, is_transient, utcnow
 
 
 def standard_resource_classes() -> list[str]:
@@ -56,9 +58,14 @@ def _explicit_zero_ids(conn: Connection) -> Iterator[None]:
         conn.exec_driver_sql("SET SESSION sql_mode = %s", (previous,))
 
 
+#: Attempts of a sync that lost a race (an insert someone else made first,
+#: or on Galera another node's insert certified first).
+SYNC_ATTEMPTS = 10
+
+
 def sync(db: Database) -> None:
     """Insert any standard class or trait the database lacks (idempotent)."""
-    for attempt in range(5):
+    for attempt in range(SYNC_ATTEMPTS):
         try:
             with db.write() as conn:
                 now = utcnow()
@@ -76,7 +83,9 @@ def sync(db: Database) -> None:
                         {"name": name, "created_at": now} for name in missing_traits
                     ])
             return
-        except sa.exc.IntegrityError:
+        except sa.exc.DBAPIError as error:
             # Another process inserted some of them first; look again.
-            if attempt == 4:
+            if not (isinstance(error, sa.exc.IntegrityError) or is_transient(error)) \
+                    or attempt == SYNC_ATTEMPTS - 1:
                 raise
+            time.sleep(random.uniform(0.01, 0.1))

@@ -71,6 +71,12 @@ MEMO_PER_TREE = 16
 #: or the entries of eight queries that 10,000 trees meet none of.
 MEMO_CANDIDATE_UNITS = 4
 MEMO_LIMIT = 80_000
+#: A mirror of more than MEMO_LIMIT / MEMO_UNITS_PER_TREE trees keeps this
+#: many units per tree instead (100,000 trees: 400,000 units, up to about
+#: 100 MB): a query without a limit over such a cloud fills 80,000 units
+#: on its own (20,000 candidates), and a memo emptied at every request
+#: keeps nothing.
+MEMO_UNITS_PER_TREE = 4
 
 DEPTH_FIRST = "depth-first"
 BREADTH_FIRST = "breadth-first"

@@ -44,6 +44,7 @@ from allotment.db import tables
 from allotment.db.engine import Database, utcnow
 from tests.conftest import BACKEND, create_database
 from tests.functional.test_server import serve, write_config
+from tests.ha.galera import spread
 
 SERVERS = 2
 WORKERS = 4
@@ -222,9 +223,9 @@ def race_database(tmp_path_factory):
 
 def test_racing_claims_never_over_allocate_nor_lose_writes(race_database, tmp_path):
     providers = _seed_providers(race_database)
-    config = write_config(tmp_path, race_database)
-    servers = [serve(config, "--workers", str(WORKERS), "--threads", "4", log_name=f"server{i}.log")
-               for i in range(SERVERS)]
+    # On the Galera pass each server goes through its own node.
+    servers = [serve(write_config(tmp_path / f"host{i}", url), "--workers", str(WORKERS), "--threads", "4",
+                     log_name=f"server{i}.log") for i, url in enumerate(spread(race_database, SERVERS))]
     db = Database(race_database)
     try:
         for server in servers:

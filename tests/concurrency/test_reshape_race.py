@@ -38,6 +38,7 @@ from allotment.db import tables
 from allotment.db.engine import utcnow
 from allotment.direct import Direct
 from tests.conftest import make_conf
+from tests.ha.galera import spread
 
 ROUNDS = 3
 CLAIMERS = 6
@@ -212,7 +213,7 @@ def _check(engine, tree: Tree, ledger: Ledger, instances: dict[str, dict]) -> No
 def test_reshape_racing_claims_keeps_every_allocation_on_real_capacity(app, db_url, round_):
     tree = _seed(app.db.engine)
     with Direct(make_conf(db_url), migrate=False) as claims, \
-            Direct(make_conf(db_url), migrate=False) as upgrader:
+            Direct(make_conf(spread(db_url, 2)[1]), migrate=False) as upgrader:  # Galera: another node
         # Instances already there: VGPU 6 of 16 in use on the node.
         instances = {}
         for amount in (2, 2, 1, 1):

@@ -689,3 +689,20 @@ def test_canonical_uuid_helper_used_for_get_and_delete(api128, rp):
     upper = str(uuidlib.UUID(consumer)).upper().replace("-", "")
     assert api128.get(f"/allocations/{upper}").json["allocations"]
     assert api128.delete(f"/allocations/{upper}").status == 204
+
+
+def test_several_providers_swap_together_or_not_at_all(app):
+    """bump_providers: every generation read must still be current, else
+    none moves (the transaction rolls back)."""
+    a, b = seed_provider(app, {"VCPU": 8}), seed_provider(app, {"VCPU": 8})
+    rp = tables.resource_providers
+    with app.db.read() as conn:
+        ids = dict(conn.execute(sa.select(rp.c.uuid, rp.c.id).where(rp.c.uuid.in_([a, b]))).all())
+    with pytest.raises(generations.ConcurrentUpdate):
+        with app.db.write() as conn:
+            generations.bump_providers(conn, [(ids[a], 0), (ids[b], 7)])  # b's is stale
+    with app.db.write() as conn:
+        assert generations.bump_providers(conn, [(ids[a], 0), (ids[b], 0)]) == {ids[a]: 1, ids[b]: 1}
+    with app.db.read() as conn:
+        assert dict(conn.execute(sa.select(rp.c.id, rp.c.generation).where(rp.c.id.in_(ids.values()))).all()) \
+            == {ids[a]: 1, ids[b]: 1}

@@ -162,6 +162,13 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
                 conn.execute(table.delete().where(table.c.resource_provider_id == gone))
             conn.execute(rp.delete().where(rp.c.id == gone))
             cloud.providers.remove(gone)
+    elif kind == "new_class":
+        # A class made after the mirror read the names (which notes no
+        # provider), then inventory of it: the summaries show it.
+        rc = tables.resource_classes
+        top = conn.execute(sa.select(sa.func.max(rc.c.id))).scalar_one()
+        made = cloud._id(conn, rc, name=f"CUSTOM_NEW_{top + 1}", id=top + 1)
+        cloud.inventory(conn, pid, made, amount)
     elif kind == "rename_class":
         # A custom class renamed (as PUT /resource_classes/{name} allows before 1.7):
         # no provider row changes.
@@ -179,7 +186,7 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
 
 #: Writes that change a provider's generation with its inventories or
 #: traits; "generation" alone changes no answer, and must not break reuse.
-BUMPING = ("total", "trait", "share", "disk", "drop_inventory", "generation")
+BUMPING = ("total", "trait", "share", "disk", "drop_inventory", "generation", "new_class")
 
 
 def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
@@ -194,7 +201,7 @@ def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
 
 
 RAW_KINDS = ("total", "allocate", "allocate_disk", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
-             "generation", "delete_provider", "rename_class", "share")
+             "generation", "delete_provider", "rename_class", "share", "new_class")
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
     st.tuples(st.sampled_from(RAW_KINDS), st.integers(0, 20), st.integers(1, 8)),
@@ -450,12 +457,14 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
             _write_raw(cloud, conn, "trait", step, 1)
             _write_raw(cloud, conn, "allocate", step, 1)
     mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
-    record_reads = []  # the ids each read of inventory records by id was given
+    record_reads = []  # the ids (or the range of ids) each read of inventory records was given
     real_rows = raw_rows.rows
 
     def counted_rows(conn, statement, params):
-        if statement is provider_mirror._RECORDS[1]:
+        if statement is provider_mirror._RECORDS[provider_mirror.LISTED]:
             record_reads.append(list(params["ids"]))
+        elif statement is provider_mirror._RECORDS[provider_mirror.RANGE]:
+            record_reads.append(range(params["lo"], params["hi"] + 1))
         return real_rows(conn, statement, params)
 
     monkeypatch.setattr(raw_rows, "rows", counted_rows)
@@ -463,10 +472,14 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
         whole = mirror._providers(conn, None)
         assert record_reads == []  # a cloud within one window: the whole tables at once
         monkeypatch.setattr(provider_mirror, "WINDOW", 2)
+        monkeypatch.setattr(provider_mirror, "ID_WINDOW", 2)
         windows = mirror._providers(conn, None)
     assert len(whole) > 6 and sorted(whole, key=lambda p: p.id) == sorted(windows, key=lambda p: p.id)
-    assert len(record_reads) == (len(whole) + 1) // 2 and all(len(ids) <= 2 for ids in record_reads)
-    assert sorted(pid for ids in record_reads for pid in ids) == sorted(p.id for p in whole)
+    # A read of everything asks for ranges of ids, each holding two providers.
+    assert len(record_reads) == (len(whole) + 1) // 2 and all(isinstance(ids, range) for ids in record_reads)
+    ids = {p.id for p in whole}
+    assert all(len(ids.intersection(window)) <= 2 for window in record_reads)
+    assert sorted(pid for window in record_reads for pid in ids.intersection(window)) == sorted(ids)
 
     def same() -> None:
         for query in QUERIES[:5]:
@@ -482,3 +495,54 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
             _write_raw(cloud, conn, "allocate", pick, 2)
     same()
     assert mirror.partial_reads == partial + 1
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_the_mirror_learns_a_class_made_after_its_names(apps):
+    """The mirror keeps the class names of its last full read; a class
+    made since (which notes no provider) is read when a partial read meets
+    inventory of it, and the summaries show that inventory."""
+    _, fresh, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+    api, checker = ApiClient(mirrored), ApiClient(fresh)
+    assert _answer(api, QUERIES[0], "1.39") == _answer(checker, QUERIES[0], "1.39")
+    full = mirrored.provider_mirror.full_reads
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "new_class", 0, 3)
+    status, body = _answer(api, QUERIES[0], "1.39")
+    assert (status, body) == _answer(checker, QUERIES[0], "1.39")
+    assert mirrored.provider_mirror.full_reads == full  # a partial read
+    assert any(name.startswith("CUSTOM_NEW_") for summary in body["provider_summaries"].values()
+               for name in summary["resources"])
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
+    """Without sharing providers, a member_of query searches the trees
+    holding a member, not every tree of the cloud; its answer is the same."""
+    from allotment.domain import allocation_candidates as solver
+
+    _, fresh, _, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        for _ in range(20):
+            cloud.providers.append(cloud.provider(conn))
+        for pick in (3, 11):
+            _write_raw(cloud, conn, "aggregate", pick, 1)
+    searched = []
+    real = solver._Plan.candidates_at
+
+    def counted(plan, root):
+        searched.append(root)
+        return real(plan, root)
+
+    monkeypatch.setattr(solver._Plan, "candidates_at", counted)
+    query = QUERIES[3].format(agg=cloud.agg_uuid)
+    api, checker = ApiClient(mirrored), ApiClient(fresh)
+    status, body = _answer(api, query, "1.39")
+    assert status == 200 and len(body["allocation_requests"]) == 2
+    assert sorted(set(searched)) == sorted(cloud.providers[pick] for pick in (3, 11))
+    assert (status, body) == _answer(checker, query, "1.39")

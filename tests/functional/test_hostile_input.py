@@ -252,3 +252,94 @@ def test_an_unknown_class_record_whose_capacity_is_beyond_a_float_is_judged_not_
     response = api.put(f"/resource_providers/{provider}/inventories", json={
         "resource_provider_generation": 1, "inventories": {"lower": {"total": 4, "allocation_ratio": -1e308}}})
     assert_error(response, 400, "Invalid inventory for 'lower'")
+
+
+# -- documents nested deep, values quoted long --------------------------------
+
+TOO_DEEP = "Malformed JSON: arrays and objects nested more than 32 levels deep"
+
+
+@pytest.mark.parametrize("depth", [33, 200, 950, 1100, 100_000])
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ('{"a":', "}")])
+def test_json_nested_at_any_depth_is_a_short_400(api, provider, depth, opening, closing):
+    # Placement: 500 from about 900 levels (its reader recurses), and the
+    # whole value quoted back below that.
+    value = opening * depth + "1" + closing * depth
+    for method, path in (("POST", "/resource_providers"), ("PUT", f"/allocations/{new_uuid()}"),
+                         ("PUT", f"/resource_providers/{provider}/inventories")):
+        response = api.request(method, path, body=f'{{"name": {value}}}'.encode(),
+                               headers={"Content-Type": "application/json"})
+        error = assert_error(response, 400, TOO_DEEP)
+        assert len(response.text) < 1000, len(response.text)
+        assert error["detail"].endswith(TOO_DEEP)
+
+
+def test_json_nested_32_deep_is_judged_by_the_schema(api):
+    value = "[" * 31 + "1" + "]" * 31  # 32 levels with the body's own object
+    response = api.post("/resource_providers", body=f'{{"name": {value}}}'.encode(),
+                        headers={"Content-Type": "application/json"})
+    assert_error(response, 400, "JSON does not validate: ", "is not of type 'string'")
+
+
+def test_a_normal_size_value_is_quoted_whole_as_placement_quotes_it(api):
+    import jsonschema
+
+    name = "n" * 300
+    response = api.post("/resource_providers", json={"name": name})
+    expected = next(jsonschema.Draft4Validator({"type": "string", "maxLength": 200}).iter_errors(name))
+    # Placement's text: the message, the rule and the whole value.
+    error = assert_error(response, 400, f"JSON does not validate: {expected.message}", f"On instance['name']:")
+    assert error["detail"].count(name) == 2
+
+
+@pytest.mark.parametrize("value", [
+    '"' + "x" * 150_000 + '"',
+    "[" + ",".join(['"' + "y" * 100 + '"'] * 20_000) + "]",
+    "{" + ",".join(f'"k{i}": [1, 2, 3]' for i in range(20_000)) + "}",
+])
+def test_a_large_value_is_quoted_cut_to_a_bound(api, value):
+    response = api.post("/resource_providers", body=f'{{"name": {value}}}'.encode(),
+                        headers={"Content-Type": "application/json"})
+    error = assert_error(response, 400, "JSON does not validate: ", "more characters)")
+    assert len(response.text) < 12_000, len(response.text)
+    assert error["detail"].startswith(
+        "The server could not comply with the request since it is either malformed or otherwise incorrect.")
+
+
+def test_a_long_text_with_a_nul_is_quoted_cut_to_a_bound(api):
+    response = api.post("/resource_providers", json={"name": "z" * 100_000 + "\u0000"})
+    assert_error(response, 400, "U+0000", "zzz...zzz")
+    assert len(response.text) < 6_000
+
+
+# -- what reaches the log -----------------------------------------------------
+
+@pytest.mark.parametrize("path, shown", [
+    ("/resource_providers/x%0a2026-01-01 INFO forged", "/resource_providers/x\\n2026-01-01 INFO forged"),
+    ("/traits/%0d%1b[31mred%e2%80%a8", "/traits/\\r\\x1b[31mred\\xe2\\x80\\xa8"),
+    ("/resource_providers/%c2%85next", "/resource_providers/\\xc2\\x85next"),
+])
+def test_control_characters_of_a_path_are_escaped_in_the_request_log_line(api, caplog, path, shown):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="allotment.api"):
+        response = api.get(path)
+    lines = [r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage()]
+    assert len(lines) == 1
+    assert "\n" not in lines[0] and "\r" not in lines[0] and "\x1b" not in lines[0]
+    assert f'"GET {shown}" status: {response.status}' in lines[0]
+
+
+def test_a_printable_path_is_logged_as_it_is(api, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="allotment.api"):
+        response = api.get("/resource_providers/caf%c3%a9?name=a%0ab")
+    line = next(r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage())
+    assert '"GET /resource_providers/caf\u00c3\u00a9?name=a%0ab"' in line  # PEP 3333's Latin-1 reading, unchanged
+
+
+def test_a_cut_quote_keeps_what_the_message_says_of_the_value(api):
+    response = api.post("/resource_providers", json={"name": "w" * 50_000})
+    error = assert_error(response, 400, "more characters)", "is too long")
+    assert len(error["detail"]) < 6_000

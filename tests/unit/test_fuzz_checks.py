@@ -34,6 +34,10 @@ def test_a_well_formed_error_passes():
     noauth2 = orjson.dumps({"message": "This server could not verify ...", "code": "401 Unauthorized",
                             "title": "Unauthorized"})
     assert checks.problems(401, JSON, noauth2, None) == []
+    # The HTTP layer's own refusal of a head it cannot read (no Python ran).
+    assert checks.problems(431, {"connection": "close"}, b"", None) == []
+    assert checks.problems(414, {"connection": "close"}, b"", None) == []
+    assert checks.problems(400, {"connection": "close"}, b"", None) == []
 
 
 @pytest.mark.parametrize("status, headers, body, version, fragment", [
@@ -47,6 +51,9 @@ def test_a_well_formed_error_passes():
     (404, JSON, error(code=None), (1, 23), "no error code"),
     (404, JSON, error(title=None), None, "title missing"),
     (404, JSON, b'{"message": "m", "code": "401 Unauthorized", "title": "Unauthorized"}', None, "error format"),
+    (431, {}, b"", None, "no request id header"),  # kept open: not the HTTP layer's refusal
+    (404, {"connection": "close"}, b"", None, "no request id header"),
+    (400, {"connection": "close", "content-type": "application/json"}, b"{}", None, "no request id header"),
 ])
 def test_a_malformed_or_server_error_is_caught(status, headers, body, version, fragment):
     found = checks.problems(status, headers, body, version)

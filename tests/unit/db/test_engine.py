@@ -123,3 +123,28 @@ def test_reads_see_one_snapshot_where_the_backend_gives_one(database, db_url):
     finally:
         with database.write() as conn:
             conn.exec_driver_sql("DROP TABLE snapshot_probe")
+
+
+@pytest.mark.skipif(BACKEND != "mysql", reason="wsrep_sync_wait is a MariaDB/Galera session variable")
+def test_mysql_wsrep_sync_wait_is_set_on_every_session(db_url):
+    from tests.conftest import make_conf
+
+    conf = make_conf(db_url, placement_database__mysql_wsrep_sync_wait=1)
+    db = engine_module.database_from_config(conf)
+    try:
+        sessions = set()
+        with db.read() as first, db.write() as second:  # two pooled sessions at once
+            for conn in (first, second):
+                assert conn.exec_driver_sql("SELECT @@SESSION.wsrep_sync_wait").scalar() == 1
+                sessions.add(_session_id(conn))
+        assert len(sessions) == 2
+    finally:
+        db.dispose()
+    # Unset, the server's own value is left alone.
+    plain = engine_module.database_from_config(make_conf(db_url))
+    try:
+        with plain.read() as conn:
+            assert (conn.exec_driver_sql("SELECT @@SESSION.wsrep_sync_wait").scalar()
+                    == conn.exec_driver_sql("SELECT @@GLOBAL.wsrep_sync_wait").scalar())
+    finally:
+        plain.dispose()

@@ -32,7 +32,7 @@ def empty_engine(tmp_path_factory):
 def _differences(engine) -> list:
     def ours(name, type_, parent):  # the version and change tables are no part of tables.py
         own = ("alembic_version", "allotment_version", changes.COUNTER, changes.LOG, changes.PROVIDER_CHANGES,
-               changes.PROVIDER_LOG)
+               changes.PROVIDER_LOG, migrate.LOCK_TABLE)
         return not (name in own if type_ == "table" else parent.get("table_name") in own)
 
     with engine.connect() as conn:

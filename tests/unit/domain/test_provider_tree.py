@@ -94,15 +94,15 @@ def test_the_tree_memo_forgets_changed_trees_and_stays_bounded():
         snapshot.per_provider[host.id] = f"summary of {host.id}"
         snapshot.per_provider[(host.id,)] = f"summaries of tree {host.id}"
     changed = snapshot.changed([Provider(id=2, uuid="h2", generation=1)], {2})
-    assert changed.per_provider == {1: "summary of 1", 3: "summary of 3",
-                                    (1,): "summaries of tree 1", (3,): "summaries of tree 3"}
+    assert dict(changed.per_provider.items()) == {1: "summary of 1", 3: "summary of 3",
+                                                  (1,): "summaries of tree 1", (3,): "summaries of tree 3"}
     assert len(snapshot.per_provider) == 6
     assert [changed.tree_memo.get(root, "q") for root in (1, 2, 3)] == [("candidate",), None, ("candidate",)]
     assert snapshot.tree_memo.get(2, "q") == ("candidate",)  # the older snapshot keeps its own
     assert changed.tree_memo.held == [4]
     # A sharing provider joining an aggregate may lend to any tree: nothing is kept.
     shared = Provider(id=4, uuid="s", traits=(SHARING_TRAIT,), aggregates=frozenset({"a1"}))
-    assert changed.changed([shared], {4}).tree_memo.entries == {}
+    assert len(changed.changed([shared], {4}).tree_memo.entries) == 0
     for root in range(100, 110):  # past the limit: emptied, then filled again
         changed.tree_memo.put(root, "q", ("c",), 2)
         assert changed.tree_memo.held[0] <= 10
@@ -116,3 +116,38 @@ def test_roots_come_in_root_order_however_few():
     assert snapshot.in_root_order(set(snapshot.root_ids)) == list(snapshot.root_ids)
     snapshot.add([Provider(id=1, uuid="h1")])  # a new root: its place is known too
     assert snapshot.in_root_order({1, 9}) == [9, 1]
+
+
+def test_a_change_copies_only_the_shards_it_touches():
+    """A claim's successor of a large snapshot shares every index shard the
+    change does not touch (a plain copy of each index cost milliseconds a
+    claim at 430,000 providers), and reads like a snapshot made afresh."""
+    roots = [Provider(id=r, uuid=f"r{r}", inventories={"VCPU": ProviderInventory(8)}) for r in range(1, 3001, 3)]
+    children = [Provider(id=r + 1, uuid=f"c{r}", parent_id=r, root_id=r,
+                         inventories={"VGPU": ProviderInventory(2)}) for r in range(1, 3001, 3)]
+    snapshot = ProviderSnapshot(sorted(roots + children, key=lambda p: (p.root_id, p.id)))
+    snapshot.tree_memo, snapshot.per_provider = TreeMemo(1000), {}
+    for pid in (1, 2, 4):
+        snapshot.ancestors(pid)
+        snapshot.tree_by_class(snapshot.get(pid).root_id)
+    first = snapshot.changed([Provider(id=2, uuid="c1", parent_id=1, root_id=1, generation=1,
+                                       inventories={"VGPU": ProviderInventory(2, used=1)})])
+    second = first.changed([Provider(id=4, uuid="r4", generation=1, inventories={"VCPU": ProviderInventory(8)})])
+    # New roots and providers: one added, one taken out.
+    third = second.changed([Provider(id=5000, uuid="new", inventories={"VCPU": ProviderInventory(4)})], {5})
+    for old, new in ((first, second), (second, third)):
+        shared = sum(a is b for a, b in zip(old._by_id.shards, new._by_id.shards))
+        assert shared >= len(new._by_id.shards) - 2
+    # Usage or generations alone (a claim): the trees' indexes are shared as
+    # they are; a provider gone: the touched tree's are made again.
+    assert first._trees is snapshot._trees and second._ancestors is first._ancestors
+    assert third._trees is not second._trees and third._ancestors is not second._ancestors
+    fresh = ProviderSnapshot(sorted(third, key=lambda p: (p.root_id, p.id)))
+    assert len(third) == len(fresh) == 2000 and list(third) == list(fresh)
+    assert third.root_ids == fresh.root_ids and 5000 in third.root_ids
+    assert third.get(2).inventories["VGPU"].used == 1 and third.by_uuid("c4") is None
+    for pid in (1, 2, 4, 7, 5000):
+        assert third.ancestors(pid) == fresh.ancestors(pid)
+        root = third.get(pid).root_id
+        assert third.tree(root) == fresh.tree(root) and third.tree_by_class(root) == fresh.tree_by_class(root)
+    assert snapshot.get(2).generation == 0 and len(snapshot) == 2000  # the older ones unchanged
