@@ -100,12 +100,22 @@ def main(argv: list[str] | None = None) -> int:
     server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, cwd=config_dir)
 
     def stop(signum, _frame):
-        # uwsgi (die-on-term) and Apache both stop on SIGTERM, finishing what is in flight.
-        server.send_signal(signal.SIGTERM)
+        # uwsgi (die-on-term) and Apache both stop on SIGTERM, finishing what
+        # is in flight.  Apache starts a session of its own even in the
+        # foreground (so a signal to our process group misses it): its group
+        # is its pid, and holds its children and the WSGI daemons.
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            server.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return server.wait()
+    try:
+        return server.wait()
+    finally:
+        if server.poll() is None:  # we are being stopped for good: take the server along
+            server.kill()
 
 
 if __name__ == "__main__":
