@@ -101,9 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(signum, _frame):
         # uwsgi (die-on-term) and Apache both stop on SIGTERM, finishing what
-        # is in flight.  Apache starts a session of its own even in the
-        # foreground (so a signal to our process group misses it): its group
-        # is its pid, and holds its children and the WSGI daemons.
+        # is in flight.  Should the server lead a process group of its own,
+        # the whole group (children, WSGI daemons) is told; else the server.
         try:
             os.killpg(server.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
