@@ -1,3 +1,10 @@
 """Allotment: a fast, drop-in implementation of the OpenStack Placement API."""
 
-__version__ = "0.1.0"
+from importlib import metadata as _metadata
+
+try:
+    #: The one version source is the package metadata (pyproject.toml's
+    #: ``version``), read from the installed distribution.
+    __version__ = _metadata.version("allotment")
+except _metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+    __version__ = "0+unknown"

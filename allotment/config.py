@@ -31,6 +31,10 @@ api_opts = [
     ),
 ]
 
+#: The pool's size and overflow when ``placement.conf`` leaves them unset.
+POOL_SIZE = 5
+MAX_OVERFLOW = 50
+
 database_opts = [
     cfg.StrOpt("connection", secret=True, help="SQLAlchemy URL of the placement database."),
     cfg.StrOpt("connection_parameters", default="",
@@ -40,17 +44,13 @@ database_opts = [
     cfg.StrOpt("slave_connection", secret=True,
                help="Accepted for compatibility; reads always use the main connection."),
     cfg.StrOpt("mysql_sql_mode", default="TRADITIONAL", help="SQL mode set on MySQL sessions."),
-    cfg.IntOpt("mysql_wsrep_sync_wait", min=0, max=15,
-               help="Galera: wsrep_sync_wait set on every database session. 1 makes each read wait until "
-                    "its node has applied everything the cluster committed before it, so a write through "
-                    "one node is seen by the next read through any other (see "
-                    "docs/high-availability.md). Unset: the server's own setting."),
     cfg.IntOpt("connection_recycle_time", default=3600,
                help="Seconds after which a pooled connection is replaced."),
-    cfg.IntOpt("max_pool_size", default=5, help="Connections kept open in the pool (per process)."),
+    cfg.IntOpt("max_pool_size", help="Connections kept open in the pool, per process (unset: "
+                                      f"{POOL_SIZE})."),
     cfg.IntOpt("max_retries", default=10, help="Connection attempts at start-up (-1: forever)."),
     cfg.IntOpt("retry_interval", default=10, help="Seconds between connection attempts."),
-    cfg.IntOpt("max_overflow", default=50, help="Connections allowed beyond max_pool_size."),
+    cfg.IntOpt("max_overflow", help=f"Connections allowed beyond max_pool_size (unset: {MAX_OVERFLOW})."),
     cfg.IntOpt("connection_debug", default=0, min=0, max=100, help="SQL logging verbosity."),
     cfg.BoolOpt("connection_trace", default=False, help="Accepted for compatibility."),
     cfg.IntOpt("pool_timeout", help="Seconds to wait for a pooled connection."),
@@ -75,6 +75,15 @@ placement_opts = [
                    ("breadth-first", "Take candidates from every root in turn."),
                ],
                help="Which candidates survive when max_allocation_candidates cuts generation short."),
+]
+
+#: Not among Placement 16.0.0's options; the Galera change gives it its meaning.
+galera_opts = [
+    cfg.IntOpt("mysql_wsrep_sync_wait", min=0, max=15,
+               help="Galera: wsrep_sync_wait set on every database session. 1 makes each read wait until "
+                    "its node has applied everything the cluster committed before it, so a write through "
+                    "one node is seen by the next read through any other (see "
+                    "docs/high-availability.md). Unset: the server's own setting."),
 ]
 
 #: Large enough for the largest POST /allocations or POST /reshaper a cloud
@@ -115,26 +124,71 @@ allotment_opts = [
                     "before it is read."),
 ]
 
-default_opts = [
-    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
-    cfg.StrOpt("log_file", help="Also log to this file."),
+#: Placement registers these in ``[DEFAULT]`` (paths older OpenStack
+#: services shared); nothing in Placement or Allotment reads them.
+path_opts = [
+    cfg.StrOpt("tempdir", help="Explicitly specify the temporary working directory."),
+    cfg.StrOpt("pybasedir", default=os.path.abspath(os.path.join(os.path.dirname(__file__), "..")),
+               sample_default="<Path>", help="Directory where the placement package is installed."),
+    cfg.StrOpt("state_path", default="$pybasedir", help="Top-level directory for keeping state."),
 ]
 
+workarounds_opts = [
+    cfg.BoolOpt("optimize_for_wide_provider_trees", default=False,
+                help="Placement's shortcut for trees with very many providers; Allotment's search "
+                     "needs no such switch."),
+]
 
-def register_opts(conf: cfg.ConfigOpts) -> None:
-    """Register every option Allotment reads on ``conf`` (idempotent)."""
-    conf.register_opts(default_opts)
-    conf.register_opts(api_opts, group="api")
-    conf.register_opts(database_opts, group="placement_database")
-    conf.register_opts(placement_opts, group="placement")
-    conf.register_opts(allotment_opts, group="allotment")
+#: Placement's own default for ``[cors]``: the headers its clients send and
+#: read, and its methods (an operator's ``[cors]`` values win).
+CORS_DEFAULTS = {
+    "allow_headers": ["X-Auth-Token", "X-Openstack-Request-Id", "X-Identity-Status", "X-Roles",
+                      "X-Service-Catalog", "X-User-Id", "X-Tenant-Id", "OpenStack-API-Version"],
+    "expose_headers": ["X-Auth-Token", "X-Openstack-Request-Id", "X-Subject-Token", "X-Service-Token",
+                       "OpenStack-API-Version"],
+    "allow_methods": ["GET", "PUT", "POST", "DELETE", "PATCH"],
+}
+
+
+def set_lib_defaults() -> None:
+    """Placement's defaults for library options (the ``oslo.config.opts.defaults`` hook)."""
+    from oslo_middleware import cors
+
+    cors.set_defaults(**CORS_DEFAULTS)
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """Placement's ``placement.conf`` options, for ``oslo-config-generator --namespace placement.conf``."""
+    return [
+        ("DEFAULT", path_opts),
+        ("api", api_opts),
+        ("placement", placement_opts),
+        ("placement_database", database_opts),
+        ("workarounds", workarounds_opts),
+    ]
+
+
+def list_allotment_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """Allotment's own options (``--namespace allotment``)."""
+    return [("allotment", allotment_opts), ("placement_database", galera_opts)]
+
+
+def register_opts(conf: cfg.ConfigOpts, *, cli_logging: bool = False) -> None:
+    """Register every option Allotment reads on ``conf`` (before it is parsed);
+    ``cli_logging``: oslo.log's options on the command line too."""
+    for group, opts in list_opts() + list_allotment_opts():
+        conf.register_opts(opts, group=None if group == "DEFAULT" else group)
     # Library-owned groups: registering them here makes values readable
     # before the library itself is loaded, and validation happens at start.
     from oslo_middleware import cors, http_proxy_to_wsgi
     from oslo_middleware.healthcheck import opts as healthcheck_opts
     from oslo_policy import opts as policy_opts
 
+    from allotment import logs
+
+    logs.register_options(conf, cli=cli_logging)
     policy_opts._register(conf)
+    set_lib_defaults()
     conf.register_opts(cors.CORS_OPTS, group="cors")
     # GET /healthcheck reads these (allotment/api/health.py).
     conf.register_opts(healthcheck_opts.HEALTHCHECK_OPTS, group="healthcheck")
@@ -144,17 +198,33 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(http_proxy_to_wsgi.OPTS, group="oslo_middleware")
 
 
+def _home_dirs() -> list[str]:
+    """Where Placement looks for its files and ``placement.conf.d``, in order."""
+    home = os.path.expanduser("~")
+    return [os.path.join(home, ".placement"), home, DEFAULT_CONFIG_DIR, "/etc"]
+
+
 def find_config_file() -> str | None:
-    """The file upstream would read: $OS_PLACEMENT_CONFIG_DIR, then /etc/placement."""
-    directory = os.environ.get("OS_PLACEMENT_CONFIG_DIR")
+    """The file upstream would read: $OS_PLACEMENT_CONFIG_DIR's, else the first
+    of ~/.placement/, ~/, /etc/placement/, /etc/ that has a placement.conf."""
+    directory = os.environ.get("OS_PLACEMENT_CONFIG_DIR", "").strip()
     candidates = []
     if directory:
         candidates.append(os.path.join(directory, DEFAULT_CONFIG_NAME))
-    candidates.append(os.path.join(DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME))
+    candidates += [os.path.join(place, DEFAULT_CONFIG_NAME) for place in _home_dirs()]
     for path in candidates:
         if os.path.exists(path):
             return path
     return None
+
+
+def find_config_dirs() -> list[str]:
+    """The ``placement.conf.d`` read after the files, found as Placement finds it."""
+    for place in _home_dirs():
+        path = os.path.join(place, DEFAULT_CONFIG_NAME + ".d")
+        if os.path.isdir(path):
+            return [path]
+    return []
 
 
 def default_sqlite_url() -> str:
@@ -191,26 +261,51 @@ def allow_any_host(conf: cfg.ConfigOpts) -> None:
     setattr(conf, EMBEDDED_DEFAULT, False)
 
 
-def load(config_file: str | None = None, *, dev_defaults: bool = False,
-         args: list[str] | None = None) -> cfg.ConfigOpts:
-    """Build a ConfigOpts from ``config_file`` (or the usual locations).
+def new(*, cli_logging: bool = False) -> cfg.ConfigOpts:
+    """A ConfigOpts with every option registered, not yet parsed (a command
+    adds its own command-line options, then calls :func:`parse`)."""
+    conf = cfg.ConfigOpts()
+    register_opts(conf, cli_logging=cli_logging)
+    return conf
 
-    Every value is validated here, so a bad value fails at start with a
-    message that names the option rather than on the first request.
+
+def load(config_file: str | list[str] | None = None, *, config_dirs: list[str] | None = None,
+         dev_defaults: bool = False, args: list[str] | None = None) -> cfg.ConfigOpts:
+    """Build a ConfigOpts from the files named (or found where Placement looks).
+
+    ``config_file``: one path or several, later ones winning; ``config_dirs``:
+    directories whose ``*.conf`` files are read after them, in name order
+    (default: a ``placement.conf.d`` found as Placement finds it).  Every
+    value is validated here, so a bad value fails at start with a message
+    that names the option rather than on the first request.
     ``dev_defaults`` applies the embedded defaults (SQLite, noauth2) and is
     used only when no configuration file exists at all.
     """
-    conf = cfg.ConfigOpts()
-    register_opts(conf)
-    files = [config_file] if config_file else []
-    if not files:
-        found = find_config_file()
-        if found:
-            files = [found]
-    if config_file and not os.path.exists(config_file):
-        raise SystemExit(f"configuration file {config_file} does not exist")
-    conf(args or [], project="placement", default_config_files=files,
-         default_config_dirs=[], validate_default_values=True)
+    files = [config_file] if isinstance(config_file, str) else list(config_file or [])
+    for path in files:
+        if not os.path.exists(path):
+            raise SystemExit(f"configuration file {path} does not exist")
+    argv = list(args or [])
+    for path in files:
+        argv += ["--config-file", path]
+    for directory in config_dirs or []:
+        argv += ["--config-dir", directory]
+    return parse(new(), argv, dev_defaults=dev_defaults)
+
+
+def parse(conf: cfg.ConfigOpts, argv: list[str], *, dev_defaults: bool = False, prog: str | None = None,
+          version: str | None = None, **kwargs) -> cfg.ConfigOpts:
+    """Parse ``argv`` (oslo.config's ``--config-file`` / ``--config-dir`` and
+    whatever else is registered) as Placement does, then validate.
+
+    Without ``--config-file`` the file is searched for (:func:`find_config_file`);
+    without ``--config-dir``, a ``placement.conf.d`` (:func:`find_config_dirs`).
+    """
+    found = find_config_file()
+    conf(argv, project="placement", prog=prog, version=version,
+         default_config_files=[found] if found else [], default_config_dirs=find_config_dirs(),
+         validate_default_values=True, **kwargs)
+    files = list(conf.config_file or []) + list(conf.config_dir and [conf.config_dir] or [])
     if not files and dev_defaults:
         conf.set_override("auth_strategy", "noauth2", group="api")
         conf.set_override("ui", True, group="allotment")
@@ -232,11 +327,10 @@ def validate(conf: cfg.ConfigOpts) -> None:
     oslo.config validates lazily; touching each option turns a bad value in
     the file into ``ConfigFileValueError`` naming the group and option.
     """
-    checks = [(group_name, opt_name)
-              for group_name in ("api", "placement_database", "placement", "oslo_policy", "cors", "healthcheck",
-                                 "allotment", "oslo_middleware")
-              for opt_name in conf[group_name]]
-    checks += [(None, "debug"), (None, "log_file")]
+    groups = ("api", "placement_database", "placement", "oslo_policy", "cors", "allotment", "workarounds",
+              "healthcheck", "oslo_middleware")
+    checks = [(group_name, opt_name) for group_name in groups for opt_name in conf[group_name]]
+    checks += [(None, opt_name) for opt_name in conf if opt_name not in conf._groups]
     for group_name, opt_name in checks:
         try:
             getattr(conf[group_name] if group_name else conf, opt_name)

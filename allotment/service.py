@@ -1,73 +1,62 @@
-"""Start-up shared by every entry point: config, logging, schema, app."""
+"""Start-up shared by every entry point: config, logging, database, schema, app."""
 
 from __future__ import annotations
 
+import itertools
 import logging
-import sys
 import time
 
+import sqlalchemy as sa
 from oslo_config import cfg
 
-from allotment import config
+from allotment import config, logs
 from allotment.db import migrate, standard_names
 from allotment.db.engine import Database, database_from_config
 
 __all__ = ["build_application", "database_from_config", "load_config", "prepare_database",
-           "setup_logging"]
+           "setup_logging", "wait_for_database"]
 
 LOG = logging.getLogger(__name__)
 
 
-def load_config(config_file: str | None, *, dev_defaults: bool = False) -> cfg.ConfigOpts:
-    conf = config.load(config_file, dev_defaults=dev_defaults)
-    setup_logging(conf)
+def load_config(config_files: str | list[str] | None, *, config_dirs: list[str] | None = None,
+                dev_defaults: bool = False, command: bool = False) -> cfg.ConfigOpts:
+    """The configuration, logging set up from it (``command``: logs to stderr by default)."""
+    conf = config.load(config_files, config_dirs=config_dirs, dev_defaults=dev_defaults)
+    setup_logging(conf, command=command)
     return conf
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record is emitted, not to
-    the stream it was when logging was set up (which a test harness, or a
-    caller redirecting stderr, may have closed since)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
+def setup_logging(conf: cfg.ConfigOpts, *, command: bool = False) -> None:
+    logs.setup(conf, command=command)
 
 
-class _Formatter(logging.Formatter):
-    """logging's Formatter, the text of the time made once a second rather
-    than for every record (every request logs a line)."""
-
-    _second: tuple[int, str] = (-1, "")
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        if datefmt is not None:
-            return super().formatTime(record, datefmt)
-        second = int(record.created)
-        known = self._second
-        if known[0] != second:
-            known = self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
-        return self.default_msec_format % (known[1], record.msecs)
-
-
-def setup_logging(conf: cfg.ConfigOpts) -> None:
-    root = logging.getLogger()
-    if getattr(root, "_allotment_configured", False):
+def wait_for_database(db: Database, conf: cfg.ConfigOpts, *, sleep=time.sleep) -> None:
+    """Connect once, trying again as ``[placement_database] max_retries`` and
+    ``retry_interval`` say while the server cannot be reached (``-1``: for
+    ever); a line is logged for each failed try.  SQLite is a file: no wait.
+    """
+    if db.backend == "sqlite":
         return
-    level = logging.DEBUG if conf.debug else logging.INFO
-    handlers: list[logging.Handler] = [_StderrHandler()]
-    if conf.log_file:
-        handlers.append(logging.FileHandler(conf.log_file))
-    fmt = _Formatter("%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
-    for handler in handlers:
-        handler.setFormatter(fmt)
-        root.addHandler(handler)
-    root.setLevel(level)
-    root._allotment_configured = True  # type: ignore[attr-defined]
+    tries = conf.placement_database.max_retries
+    interval = conf.placement_database.retry_interval
+    attempts = itertools.count(1) if tries == -1 else range(1, max(tries, 1) + 1)
+    of = "unlimited" if tries == -1 else str(max(tries, 1))
+    for attempt in attempts:
+        try:
+            with db.engine.connect():
+                return
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as error:
+            last = tries != -1 and attempt >= max(tries, 1)
+            orig = getattr(error, "orig", None) or error
+            reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+            if last:
+                LOG.error("database not reachable (try %d of %s): %s; giving up", attempt, of, reason)
+                raise
+            LOG.warning("database not reachable (try %d of %s): %s; next try in %d s",
+                        attempt, of, reason, interval)
+            db.dispose()
+            sleep(interval)
 
 
 def prepare_database(db: Database) -> None:
@@ -76,12 +65,36 @@ def prepare_database(db: Database) -> None:
     standard_names.sync(db)
 
 
-def build_application(conf: cfg.ConfigOpts, *, prepare: bool = True,
-                      auth_strategy: str | None = None):
-    """The WSGI application for ``conf``; ``auth_strategy`` overrides ``[api]``'s."""
+def check_database(db: Database) -> None:
+    """Without migrating: refuse a schema that is not at head, then sync standard names."""
+    if not migrate.is_current(db.engine):
+        ready, reason = migrate.status(db.engine)
+        raise migrate.SchemaNotReady(
+            f"{reason.replace('allotment db sync', 'placement-manage db sync')} "
+            "(or set [placement_database] sync_on_startup = true)")
+    standard_names.sync(db)
+
+
+def build_application(conf: cfg.ConfigOpts, *, prepare: bool | None = True,
+                      auth_strategy: str | None = None, wait: bool = False):
+    """The WSGI application for ``conf``; ``auth_strategy`` overrides ``[api]``'s.
+
+    ``prepare``: True brings the schema to head first; None does so only
+    when ``[placement_database] sync_on_startup`` is set, and otherwise
+    refuses a schema that is not at head (Placement's WSGI application);
+    False touches nothing.  ``wait``: wait for the database first
+    (:func:`wait_for_database`).
+    """
     from allotment.api.app import Application
 
     db = database_from_config(conf)
-    if prepare:
+    if wait:
+        wait_for_database(db, conf)
+    if prepare is None:
+        if conf.placement_database.sync_on_startup:
+            prepare_database(db)
+        else:
+            check_database(db)
+    elif prepare:
         prepare_database(db)
     return Application(conf, db, auth_strategy=auth_strategy)

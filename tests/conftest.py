@@ -34,9 +34,13 @@ def _isolated_logging():
     handlers, level = list(root.handlers), root.level
     configured = getattr(root, "_allotment_configured", None)
     yield
+    # oslo.log's set-up replaces the root's handlers: put back exactly those found.
     for handler in root.handlers[:]:
         if handler not in handlers:
             root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
     root.setLevel(level)
     if configured is None:
         root.__dict__.pop("_allotment_configured", None)
@@ -44,6 +48,22 @@ def _isolated_logging():
         root._allotment_configured = configured  # type: ignore[attr-defined]
 
 BACKEND = os.environ.get("ALLOTMENT_TEST_BACKEND", "sqlite")
+
+
+def pytest_configure(config):
+    """Name the run (the xdist workers inherit the name): tests/deployment
+    shares one installed venv between them under it."""
+    if not hasattr(config, "workerinput"):
+        os.environ.setdefault("ALLOTMENT_TEST_RUN", uuidlib.uuid4().hex[:12])
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        import shutil
+        import tempfile
+
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), f"allotment-deployment-{os.environ['ALLOTMENT_TEST_RUN']}"),
+                      ignore_errors=True)
 SERVER_URLS = {
     "postgresql": os.environ.get("ALLOTMENT_TEST_POSTGRESQL_URL",
                                  "postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"),

@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 import webob
 from oslo_config import cfg
 
+from allotment import logs
 from allotment.api import auth, errors, microversion
 from allotment.api.context import RequestContext
 from allotment.api.health import PATH as HEALTH_PATH
@@ -39,7 +40,12 @@ from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, 
 from allotment.domain import errors as domain
 
 LOG = logging.getLogger("allotment.api")
+#: The per-request line, under the name Placement logs it with.
+REQUEST_LOG = logging.getLogger("placement.requestlog")
 REQUEST_ID_HEADER = "x-openstack-request-id"
+#: An incoming ``X-OpenStack-Request-ID`` of this form becomes the request's
+#: global request id (as oslo.middleware's RequestId takes it); others are ignored.
+GLOBAL_REQUEST_ID = re.compile(r"req-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}")
 
 
 def _compile(template: str) -> re.Pattern:
@@ -184,6 +190,9 @@ class Application:
         started = time.monotonic()
         request_id = new_request_id()
         environ["openstack.request_id"] = request_id
+        global_id = environ.get("HTTP_X_OPENSTACK_REQUEST_ID")
+        if global_id is not None and GLOBAL_REQUEST_ID.fullmatch(global_id):
+            environ["openstack.global_request_id"] = global_id
         state = {"status": "500", "length": 0}
 
         def _start(status, headers, exc_info=None):
@@ -198,8 +207,7 @@ class Application:
                 return self.health(environ, _start)
             return self._inner(environ, _start)
         finally:
-            self._log(environ, state["status"], state["length"], environ.get("allotment.version"),
-                      started, request_id)
+            self._log(environ, state["status"], state["length"], environ.get("allotment.version"), started)
             if self.metrics is not None:
                 self.metrics.observe_request(environ, state["status"], started)
 
@@ -233,8 +241,10 @@ class Application:
 
         return versioned
 
-    def _log(self, environ, status, length, version, started, request_id) -> None:
-        if not LOG.isEnabledFor(logging.INFO):
+    def _log(self, environ, status, length, version, started) -> None:
+        """One line per request, in Placement's words, with the request's
+        context (request ids, user, project) for oslo.log to show."""
+        if not REQUEST_LOG.isEnabledFor(logging.INFO):
             return
         path = environ.get("PATH_INFO", "")
         query = environ.get("QUERY_STRING")
@@ -246,11 +256,20 @@ class Application:
         # The record made here rather than by LOG.info, which would walk the
         # stack to find where it was called from: a fifth of the line's cost.
         code = Application._log.__code__
-        LOG.handle(LOG.makeRecord(
-            LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
+        record = REQUEST_LOG.makeRecord(
+            REQUEST_LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
             '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-            (request_id, escape_for_log(environ.get("REQUEST_METHOD") or ""), path, str(status).split(" ")[0],
-             length, version or "-", (time.monotonic() - started) * 1000), None, code.co_name))
+            (environ.get("REMOTE_ADDR") or "-", escape_for_log(environ.get("REQUEST_METHOD") or ""), path,
+             str(status).split(" ")[0], length, version or "-", (time.monotonic() - started) * 1000), None,
+            code.co_name)
+        context = logs.request_context(environ)
+        for key in _CLIENT_NAMED:
+            value = context[key]
+            if value and not value.isprintable():
+                # noauth2 takes the user and project from the client's token.
+                context[key] = escape_for_log(value)
+        record.context = context
+        REQUEST_LOG.handle(record)
 
     def _guard(self, app: Callable) -> Callable:
         """Turn exceptions into error responses (inside CORS, so they get its headers)."""
@@ -269,12 +288,12 @@ class Application:
                 http_error = errors.outcome_unknown()
             except Exception as error:  # noqa: BLE001 - the last line of defence
                 if not is_unreachable(error):
-                    LOG.exception("%s unexpected error", environ.get("openstack.request_id"))
+                    LOG.exception("unexpected error", extra={"context": logs.request_context(environ)})
                     http_error = errors.HTTPError(500, "An unexpected error occurred; see the server log "
                                                        f"for request {environ.get('openstack.request_id')}.")
                 else:
-                    LOG.warning("%s database unavailable: %s", environ.get("openstack.request_id"),
-                                one_line(error))
+                    LOG.warning("database unavailable: %s", one_line(error),
+                                extra={"context": logs.request_context(environ)})
                     http_error = errors.database_unavailable()
             if http_error.status == 404 and environ.get("allotment.handler") in _NOT_FOUND_ECHOED:
                 http_error.message = _echoed(http_error.message)
@@ -348,6 +367,10 @@ def _plain_mount_point(app: Callable) -> Callable:
         return app(environ, start_response)
 
     return checked
+
+
+#: Context values that may come from the client (noauth2's token): escaped like the path.
+_CLIENT_NAMED = ("user", "project", "tenant", "domain", "user_domain", "project_domain", "system_scope")
 
 
 def escape_for_log(text: str) -> str:

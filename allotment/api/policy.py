@@ -527,3 +527,37 @@ def authorize(enforcer: policy.Enforcer, context: PolicyContext, rule: str,
                                  do_raise=False)
     if not allowed:
         raise errors.Forbidden(f"Policy does not allow {rule} to be performed.")
+
+
+# ---------------------------------------------------------------------------
+# oslo.policy's command-line tools
+# ---------------------------------------------------------------------------
+
+
+def list_rules() -> list[policy.RuleDefault]:
+    """Placement's rules (``oslo.policy.policies`` entry point ``placement``):
+    what ``oslopolicy-sample-generator --namespace placement`` writes out."""
+    return list(DEFAULT_RULES)
+
+
+def list_allotment_rules() -> list[policy.RuleDefault]:
+    """Allotment's own rules (``--namespace allotment``)."""
+    return list(ALLOTMENT_RULES)
+
+
+def get_enforcer() -> policy.Enforcer:
+    """An Enforcer with Placement's rules, for ``oslopolicy-checker`` and
+    ``oslopolicy-policy-upgrade`` (``oslo.policy.enforcer`` entry point).
+
+    The tools pass their own options on the command line, so this parses
+    none; ``[oslo_policy]`` comes from ``placement.conf`` when there is one
+    where Placement looks.
+    """
+    conf = cfg.ConfigOpts()
+    from oslo_policy import opts as policy_opts
+
+    policy_opts._register(conf)
+    conf([], project="placement")
+    enforcer = policy.Enforcer(conf)
+    enforcer.register_defaults(DEFAULT_RULES)
+    return enforcer

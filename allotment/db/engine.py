@@ -598,19 +598,27 @@ class Database:
 
 def database_from_config(conf) -> Database:
     """The database of ``[placement_database]`` in a loaded ``placement.conf``."""
+    from allotment import config
+
     db_conf = conf.placement_database
     url = db_conf.connection
     if db_conf.connection_parameters:
         url += ("&" if "?" in url else "?") + db_conf.connection_parameters
     return Database(
         url,
-        pool_size=db_conf.max_pool_size, max_overflow=db_conf.max_overflow,
+        pool_size=_or(db_conf.max_pool_size, config.POOL_SIZE),
+        max_overflow=_or(db_conf.max_overflow, config.MAX_OVERFLOW),
         pool_timeout=db_conf.pool_timeout, recycle=db_conf.connection_recycle_time,
         sqlite_synchronous=db_conf.sqlite_synchronous, mysql_sql_mode=db_conf.mysql_sql_mode,
         mysql_wsrep_sync_wait=db_conf.mysql_wsrep_sync_wait,
         echo=db_conf.connection_debug >= 50,
         pg_prepare=_allotment_option(conf, "pg_prepared_statements", True),
     )
+
+
+def _or(value, default):
+    """``value``, or ``default`` where ``placement.conf`` leaves it unset."""
+    return default if value is None else value
 
 
 def _allotment_option(conf, name: str, default):

@@ -148,3 +148,25 @@ def run(db: Database, owner: tuple[str, str], max_count: int | None = None,
                 budget -= migrated
         report[name] = (found, done)
     return report
+
+
+def run_pass(db: Database, owner: tuple[str, str], limit: int) -> dict[str, tuple[int, int]]:
+    """One pass as ``placement-manage db online_data_migrations`` makes it:
+    each migration in turn, in one transaction, on at most what is left of
+    ``limit`` records: {name: (matched, migrated)}, stopping once ``limit``
+    records were migrated.  Run passes until one migrates nothing."""
+    report: dict[str, tuple[int, int]] = {}
+    migrated_so_far = 0
+    for name, (count, migrate) in MIGRATIONS.items():
+        budget = limit - migrated_so_far
+        with db.read() as conn:
+            matched = min(count(conn), budget)
+        done = 0
+        if matched:
+            done = db.run_write(lambda conn: migrate(conn, budget, owner),
+                                retry_on=(consumers.RecordRace,), retries=10)
+        report[name] = (matched, done)
+        migrated_so_far += done
+        if migrated_so_far >= limit:
+            break
+    return report

@@ -183,10 +183,37 @@ def test_serve_without_any_config_uses_the_embedded_default(tmp_path):
 
 @backend_independent
 def test_serve_defaults_to_loopback_port_8778():
-    from allotment import cli
     import argparse
 
+    from allotment.cli import serve as serve_command
+
     parser = argparse.ArgumentParser()
-    cli.configure_serve(parser)
+    serve_command.configure(parser)
     args = parser.parse_args([])
     assert (args.host, args.port, args.allow_insecure_noauth) == ("127.0.0.1", 8778, False)
+
+
+# -- version, several files ------------------------------------------------------
+
+@backend_independent
+def test_version():
+    from allotment import __version__
+
+    result = run_allotment("--version")
+    assert (result.returncode, result.stdout.strip()) == (0, f"allotment {__version__}")
+    assert __version__ != "0+unknown"
+
+
+def test_several_config_files_and_a_config_dir(fresh_db, tmp_path):  # noqa: F811 (fixture)
+    """The later file wins; a --config-dir file is read after both."""
+    first = write_config(tmp_path / "a", "sqlite:////nonexistent/never-used.sqlite")
+    second = tmp_path / "b.conf"
+    second.write_text(f"[placement_database]\nconnection = {fresh_db}\n")
+    extra = tmp_path / "conf.d"
+    extra.mkdir()
+    (extra / "50-placement.conf").write_text("[placement]\nallocation_conflict_retry_count = lots\n")
+    synced = run_allotment("db", "sync", "--config-file", str(first), "--config-file", str(second))
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    refused = run_allotment("status", "--config-file", str(first), "--config-file", str(second),
+                            "--config-dir", str(extra))
+    assert refused.returncode == 2 and "[placement] allocation_conflict_retry_count" in refused.stderr

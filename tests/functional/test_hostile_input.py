@@ -314,6 +314,13 @@ def test_a_long_text_with_a_nul_is_quoted_cut_to_a_bound(api):
 
 # -- what reaches the log -----------------------------------------------------
 
+def request_lines(caplog, response) -> list[str]:
+    """The request line of ``response`` (its request id is in the record's context)."""
+    request_id = response.headers["x-openstack-request-id"]
+    return [record.getMessage() for record in caplog.records
+            if getattr(record, "context", {}).get("request_id") == request_id]
+
+
 @pytest.mark.parametrize("path, shown", [
     ("/resource_providers/x%0a2026-01-01 INFO forged", "/resource_providers/x\\n2026-01-01 INFO forged"),
     ("/traits/%0d%1b[31mred%e2%80%a8", "/traits/\\r\\x1b[31mred\\xe2\\x80\\xa8"),
@@ -322,9 +329,9 @@ def test_a_long_text_with_a_nul_is_quoted_cut_to_a_bound(api):
 def test_control_characters_of_a_path_are_escaped_in_the_request_log_line(api, caplog, path, shown):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="allotment.api"):
+    with caplog.at_level(logging.INFO, logger="placement.requestlog"):
         response = api.get(path)
-    lines = [r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage()]
+    lines = request_lines(caplog, response)
     assert len(lines) == 1
     assert "\n" not in lines[0] and "\r" not in lines[0] and "\x1b" not in lines[0]
     assert f'"GET {shown}" status: {response.status}' in lines[0]
@@ -333,9 +340,9 @@ def test_control_characters_of_a_path_are_escaped_in_the_request_log_line(api, c
 def test_a_printable_path_is_logged_as_it_is(api, caplog):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="allotment.api"):
+    with caplog.at_level(logging.INFO, logger="placement.requestlog"):
         response = api.get("/resource_providers/caf%c3%a9?name=a%0ab")
-    line = next(r.getMessage() for r in caplog.records if response.headers["x-openstack-request-id"] in r.getMessage())
+    line, = request_lines(caplog, response)
     assert '"GET /resource_providers/caf\u00c3\u00a9?name=a%0ab"' in line  # PEP 3333's Latin-1 reading, unchanged
 
 
@@ -343,3 +350,14 @@ def test_a_cut_quote_keeps_what_the_message_says_of_the_value(api):
     response = api.post("/resource_providers", json={"name": "w" * 50_000})
     error = assert_error(response, 400, "more characters)", "is too long")
     assert len(error["detail"]) < 6_000
+
+
+def test_control_characters_of_a_noauth2_user_are_escaped_in_the_request_log_line(api, caplog):
+    """noauth2 takes the user and project from the client's token: escaped in the line's context."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="placement.requestlog"):
+        response = api.get("/", token="evil\nuser:proj\x1b[31m")
+    record, = [r for r in caplog.records
+               if getattr(r, "context", {}).get("request_id") == response.headers["x-openstack-request-id"]]
+    assert (record.context["user"], record.context["project"]) == ("evil\\nuser", "proj\\x1b[31m")

@@ -160,8 +160,9 @@ def running_on_new_database(tmp_path_factory, label: str, *args: str):
         drop()
 
 
-def get(server: LiveServer, path: str, version: str | None = None, token: str | None = "admin"):
-    headers = {}
+def get(server: LiveServer, path: str, version: str | None = None, token: str | None = "admin",
+        headers: dict | None = None):
+    headers = dict(headers or {})
     if version:
         headers["OpenStack-API-Version"] = f"placement {version}"
     if token:
@@ -289,14 +290,21 @@ def test_two_servers_starting_together_migrate_one_database_safely(fresh_db, tmp
 
 # -- the WSGI entry point --------------------------------------------------
 
-def test_wsgi_application_finds_its_config_through_os_placement_config_dir(fresh_db, tmp_path):
-    """An operator's gunicorn serving allotment.wsgi:application."""
-    config = write_config(tmp_path / "etc", fresh_db)
+def gunicorn_wsgi(config: Path) -> LiveServer:
+    """An operator's gunicorn serving allotment.wsgi:application, its
+    configuration found through $OS_PLACEMENT_CONFIG_DIR (not waited for)."""
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
                "allotment.wsgi:application"]
-    live = LiveServer(command, port, tmp_path / "gunicorn.log",
+    return LiveServer(command, port, config.parent.parent / "gunicorn.log",
                       env=clean_env(OS_PLACEMENT_CONFIG_DIR=str(config.parent)))
+
+
+def test_wsgi_application_finds_its_config_through_os_placement_config_dir(fresh_db, tmp_path):
+    """An operator's gunicorn serving allotment.wsgi:application (which
+    migrates, as Placement's does, because sync_on_startup says so)."""
+    config = write_config(tmp_path / "etc", fresh_db, extra="[placement_database]\nsync_on_startup = true\n")
+    live = gunicorn_wsgi(config)
     try:
         live.wait_ready()
         # noauth2 from that file: the admin token gets past authentication...

@@ -1,8 +1,8 @@
 """Imports point one way: entry points depend on the API and on storage, never the reverse.
 
 Layers, inner first: ``allotment.domain`` (pure), ``allotment.db``
-(storage), ``allotment.api`` (HTTP); then the entry points (``cli``, the
-``*_cli`` modules, ``service``, ``server``, ``wsgi``, ``direct``).  Every
+(storage), ``allotment.api`` (HTTP); then the entry points (the ``cli``
+package, ``service``, ``server``, ``wsgi``, ``direct``).  Every
 ``import`` statement is read from the source (including those inside
 functions, which run later but tie the modules together all the same).
 """
@@ -18,8 +18,7 @@ import allotment
 
 PACKAGE = Path(allotment.__file__).parent
 ENTRY_POINTS = {"allotment.cli", "allotment.service", "allotment.server", "allotment.wsgi",
-                "allotment.direct", "allotment.reshape_cli", "allotment.explain_cli",
-                "allotment.openapi_cli", "allotment.copy_cli"}
+                "allotment.direct", "allotment.config_audit"}
 #: What each inner layer may not import.
 FORBIDDEN = {
     "allotment.domain": ENTRY_POINTS | {"allotment.api", "allotment.db"},

@@ -6,7 +6,7 @@ import datetime
 import io
 import struct
 
-from allotment import copy_cli
+from allotment.cli import db_copy as copy_cli
 from allotment.db import copy as db_copy
 
 

@@ -12,8 +12,6 @@ import argparse
 import json
 import sys
 
-from allotment import cli
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--microversion", default="latest", metavar="1.X",
@@ -41,5 +39,3 @@ def run(args) -> int:
         return 2
     return 0
 
-
-cli.COMMANDS["openapi"] = (configure, run, "write the OpenAPI 3.1 description of the API (one microversion)")

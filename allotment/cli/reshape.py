@@ -19,15 +19,13 @@ import json
 import sys
 from typing import Any, TextIO
 
-from allotment import cli
+from allotment.cli import common
 
 DEFAULT_MICROVERSION = "1.30"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config-file", metavar="PATH",
-                        help="placement.conf naming the database (default: "
-                             "$OS_PLACEMENT_CONFIG_DIR/placement.conf, then /etc/placement/placement.conf)")
+    common.add_config_arguments(parser)
     parser.add_argument("payload", metavar="PAYLOAD.json",
                         help="the POST /reshaper body ('-' for standard input)")
     parser.add_argument("--microversion", default=DEFAULT_MICROVERSION,
@@ -82,7 +80,6 @@ def _essential(detail: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from allotment import config, service
     from allotment.direct import Direct
 
     try:
@@ -92,13 +89,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # No embedded default here: reshaping a private SQLite file by mistake
     # would report success and change nothing that matters.
-    conf = config.load(args.config_file, dev_defaults=False)
-    if conf.debug or conf.log_file:
-        # Otherwise only warnings reach stderr: the result is the output.
-        service.setup_logging(conf)
+    # (Only warnings reach stderr unless the file asks for logging: the result is the output.)
+    conf = common.load_quietly(args)
     with Direct(conf, microversion=args.microversion) as client:
         response = client.post("/reshaper", json=payload)
     return report(response)
 
-
-cli.COMMANDS["reshape"] = (configure, run, "apply one POST /reshaper payload in-process (no API server needed)")

@@ -25,8 +25,8 @@ import sys
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from allotment import cli
-from allotment.reshape_cli import print_errors
+from allotment.cli import common
+from allotment.cli.reshape import print_errors
 
 DEFAULT_MICROVERSION = "1.39"
 PATH = "/allotment/explain"
@@ -37,9 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", metavar="QUERY",
                         help="the query string of GET /allocation_candidates, e.g. "
                              "'resources=VCPU:4&required=HW_CPU_X86_AVX2' (a whole URL or path is fine too)")
-    parser.add_argument("--config-file", metavar="PATH",
-                        help="placement.conf naming the database (default: "
-                             "$OS_PLACEMENT_CONFIG_DIR/placement.conf, then /etc/placement/placement.conf)")
+    common.add_config_arguments(parser)
     parser.add_argument("--microversion", default=DEFAULT_MICROVERSION,
                         help=f"placement microversion the query is read at (default {DEFAULT_MICROVERSION})")
     parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
@@ -98,12 +96,11 @@ def _ask_server(args: argparse.Namespace, query: str):
 def _ask_database(args: argparse.Namespace, query: str):
     import sqlalchemy
 
-    from allotment import config
     from allotment.direct import Direct
 
     # No embedded default: explaining a private, empty SQLite file would
     # answer "no trees" about the wrong cloud.
-    conf = config.load(args.config_file, dev_defaults=False)
+    conf = common.load_quietly(args)
     try:
         with Direct(conf, microversion=args.microversion, migrate=False) as client:
             return client.get(PATH + "?" + query)
@@ -191,5 +188,3 @@ def render(body: dict, out: TextIO | None = None) -> None:
     for note in body.get("notes", ()):
         write(f"note: {note}")
 
-
-cli.COMMANDS["explain"] = (configure, run, "explain what GET /allocation_candidates finds for a query string")

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import TextIO
 
-from allotment import cli
+from allotment.cli import common
 from allotment.db import copy as db_copy
 
 BAR_WIDTH = 24
@@ -26,7 +26,11 @@ REDRAW_EVERY = 0.1
 DONE = {"copy": "copied", "verify": "verified"}
 
 
-def _arguments(parser: argparse.ArgumentParser) -> None:
+HELP = ("copy a whole Placement database into an empty one (SQLite, PostgreSQL, MariaDB/MySQL), "
+        "verified by row counts and checksums")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="source", metavar="URL",
                         help="the database to copy (default: [placement_database] connection of the "
                              "configuration file)")
@@ -111,16 +115,14 @@ def _source_url(args) -> str:
         return args.source
     from allotment import service
 
-    return service.database_from_config(cli._load(args)).url
+    return service.database_from_config(common.load(args)).url
 
 
-@cli.db_command("copy", "copy a whole Placement database into an empty one (SQLite, PostgreSQL, "
-                        "MariaDB/MySQL), verified by row counts and checksums", _arguments)
-def run_copy(args, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def run(args, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    if args.source and args.config_file:
-        print("allotment db copy: give --from or --config-file, not both", file=out)
+    if args.source and (args.config_files or args.config_dirs):
+        print("allotment db copy: give --from or --config-file/--config-dir, not both", file=out)
         return 2
     if args.batch_size < 1:
         print("allotment db copy: --batch-size must be a positive number of rows", file=out)
@@ -138,8 +140,8 @@ def run_copy(args, out: TextIO | None = None, err: TextIO | None = None) -> int:
     except db_copy.CopyError as error:
         print(f"allotment db copy: {error}", file=out)
         return 1
-    except cli._schema_errors() as error:
-        print(f"allotment db copy: {cli._one_line(error)}; the target was left as it was", file=out)
+    except common.schema_errors() as error:
+        print(f"allotment db copy: {common.one_line(error)}; the target was left as it was", file=out)
         return 1
     except KeyboardInterrupt:
         print("\nallotment db copy: interrupted; the target was left as it was found "

@@ -1,0 +1,1 @@
+"""See :mod:`placement.wsgi.api`."""
