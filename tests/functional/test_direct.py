@@ -3,8 +3,8 @@
 Direct drives the same WSGI application as the server, in-process: these
 tests check that it really is the same application (validation,
 microversions, policy), that it builds and migrates its own database, that
-it leaves the caller's configuration alone, and that the README's worked
-example runs as written.
+it leaves the caller's configuration alone, and that the worked example of
+docs/direct.md runs as written.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from allotment.db.engine import utcnow
 from allotment.direct import Direct
 from tests.conftest import BACKEND, create_database, make_conf, new_uuid
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-README_CONFIG = "/etc/placement/placement.conf"
+DIRECT_DOC = Path(__file__).resolve().parents[2] / "docs" / "direct.md"
+DOC_CONFIG = "/etc/placement/placement.conf"
 
 
 def write_config(path: Path, db_url: str, **sections: dict) -> Path:
@@ -174,29 +174,27 @@ def test_threads_may_share_a_client(conf):
         assert statuses == [201] * len(names)
 
 
-# -- the README's worked example ------------------------------------------------
+# -- the worked example of docs/direct.md --------------------------------------
 
 
-def readme_example() -> str:
-    """The Python block of the README's "Direct interface" section."""
-    text = README.read_text()
-    section = text.split("\n## Direct interface\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 1, "the Direct interface section should hold one Python example"
+def doc_example() -> str:
+    """The Python block of docs/direct.md (the page holds one)."""
+    blocks = re.findall(r"```python\n(.*?)```", DIRECT_DOC.read_text(), re.S)
+    assert len(blocks) == 1, "docs/direct.md should hold one Python example"
     return blocks[0]
 
 
-def test_readme_example_runs_as_written(tmp_path, fresh_db, capsys):
-    code = readme_example()
-    assert README_CONFIG in code
+def test_doc_example_runs_as_written(tmp_path, fresh_db, capsys):
+    code = doc_example()
+    assert DOC_CONFIG in code
     path = write_config(tmp_path / "placement.conf", fresh_db)
-    exec(compile(code.replace(README_CONFIG, str(path)), "README.md", "exec"), {"__name__": "__readme__"})
+    exec(compile(code.replace(DOC_CONFIG, str(path)), "docs/direct.md", "exec"), {"__name__": "__doc_example__"})
     printed = capsys.readouterr().out
-    # What the README says it prints.
+    # What the page says it prints.
     assert printed.splitlines() == ["compute node usages: {'MEMORY_MB': 4096, 'VCPU': 4}",
                                     "gpu0 usages: {'VGPU': 2}",
                                     "gpu1 usages: {'VGPU': 2}"]
-    assert printed in README.read_text()
+    assert printed in DIRECT_DOC.read_text()
     # And the tree is as the section describes: VGPU on the children only,
     # each instance's VGPU on its own GPU, the rest on the node.
     with Direct(str(path)) as client:

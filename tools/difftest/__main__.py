@@ -6,7 +6,7 @@ leaves undefined; divergences shrunk to minimal repros.
     tools/difftest --seed 3 --requests 300 --microversion 1.25-1.39
     tools/difftest --ours-url http://127.0.0.1:8778 --ref-url http://127.0.0.1:8779
 
-See README.md, "Differential testing".
+See docs/testing.md, "Differential testing".
 """
 
 import os

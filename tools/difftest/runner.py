@@ -340,7 +340,7 @@ def reference_crashed(ref: dict, ours: dict) -> bool:
     """Placement failed (5xx) where Allotment did not.
 
     A crash has no answer to match, and Allotment never answers 500 to bad
-    input (README, "Hostile input"): counted apart, not as a divergence.
+    input (docs/differences.md): counted apart, not as a divergence.
     """
     return ref["status"] >= 500 and ours["status"] < 500
 
@@ -454,7 +454,7 @@ def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair
     ignores the tree: all but one collapse, and which one survives follows
     set iteration order, which depends on the string-hash seed of the
     process (the same database answers differently from one start to the
-    next; README, "Deliberate differences").  Allotment keeps every tree.
+    next; docs/differences.md).  Allotment keeps every tree.
     Narrowly: the reference's candidates (unlimited) must be a strict subset
     of ours, and every candidate only we offer must have its unsuffixed group
     on providers that all carry MISC_SHARES_VIA_AGGREGATE.
@@ -743,6 +743,6 @@ def run(args, out=print) -> dict:
     if dropped_anchors:
         out(f"not compared: {dropped_anchors} GET /allocation_candidates answers where the reference "
             "kept fewer of the trees an unsuffixed group served by sharing providers alone can pair with "
-            "(set order; README, \"Deliberate differences\")")
+            "(set order; docs/differences.md)")
     return {"requests": total, "divergences": sum(groups.values()), "groups": groups,
             "dropped_anchors": dropped_anchors}
