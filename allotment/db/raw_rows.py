@@ -21,10 +21,18 @@ compilations here, and the driver's or server's cached plans are reused.
 Where SQLAlchemy would convert values -- a bind processor, or a result
 processor for a column's type as the cursor describes it -- the statement
 goes through ``conn.execute`` instead (none of the candidate statements
-needs one on SQLite, PostgreSQL or MySQL/MariaDB).  A database error is
-not raised from here: the statement is run again through ``conn.execute``,
-which raises SQLAlchemy's exception and invalidates a dropped connection
-as it would have.
+needs one on SQLite, PostgreSQL or MySQL/MariaDB).
+
+A database error is raised as SQLAlchemy raises it from ``conn.execute``
+(its exception class, a dropped connection invalidated), so the callers'
+retries and their 503s see what they would have seen.  The statement is run
+again only where nothing can have been lost since the transaction began:
+on PostgreSQL outside a transaction (a prepared statement the server no
+longer has is prepared afresh).  Inside a transaction it never is: MySQL
+and MariaDB roll the whole transaction back on a deadlock (and Galera on
+a conflicting write from another node), and the statement run again would
+start a new transaction on the same connection, silently, so that a write
+committed only what followed the error.
 """
 
 from __future__ import annotations
@@ -36,6 +44,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db.engine import forget_prepared, prepared_execute
+
+#: libpq's transaction status outside a transaction (psycopg2's
+#: TRANSACTION_STATUS_IDLE), the only state in which a failed read on
+#: PostgreSQL may be run again.
+_PG_IDLE = 0
 
 #: Compiled forms kept at most, and expanded ones (statement x dialect x
 #: list lengths); meant for statements built once per process (or per
@@ -163,9 +176,12 @@ def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
                 execute = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute)
             cursor.execute(plan.text if execute is None else execute, values)
             found = cursor.fetchall()
-        except dialect.dbapi.Error:
-            if plan.prepare is not None:
-                forget_prepared(dbapi_conn, plan.text)  # prepared afresh next time
+        except dialect.dbapi.Error as error:
+            if plan.prepare is None:
+                _raise(conn, error, plan.text, values, cursor)
+            forget_prepared(dbapi_conn, plan.text)  # prepared afresh next time
+            if dbapi_conn.dbapi_connection.info.transaction_status != _PG_IDLE:
+                _raise(conn, error, plan.text, values, cursor)
             found = None
         if found is not None and plan.raw is None:
             plan.raw = _no_result_processing(dialect, statement, cursor.description)
@@ -174,6 +190,13 @@ def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
     if found is None or not plan.raw:
         return conn.execute(statement, params).all()
     return found if type(found) is list else list(found)  # PyMySQL gives a tuple
+
+
+def _raise(conn: Connection, error: Exception, text: str, values: list, cursor) -> None:
+    """Raise ``error`` as ``conn.execute`` would have (SQLAlchemy's class
+    for it; the connection invalidated if the error says it was lost)."""
+    conn._handle_dbapi_exception(error, text, values, cursor, None)
+    raise error  # not reached: the call above raises
 
 
 def _no_result_processing(dialect, statement: sa.Executable, description) -> bool:

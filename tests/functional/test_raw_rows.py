@@ -107,6 +107,69 @@ def test_database_error_is_sqlalchemys(app):
             raw_rows.rows(conn, statement, {"ids": [1, 2, 3]})
 
 
+def _statements_sent(engine_: sa.Engine) -> list[str]:
+    """The statements SQLAlchemy sends from now on (the raw cursor's are not seen)."""
+    sent: list[str] = []
+    sa.event.listen(engine_, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    return sent
+
+
+def test_failed_read_in_a_write_is_raised_not_run_again(app):
+    """Inside a transaction a failed read is raised as SQLAlchemy raises it,
+    and never run again: on MySQL/MariaDB a deadlock rolls the transaction
+    back, and a statement run again would start a new one unseen."""
+    statement = sa.select(sa.text("x")).select_from(sa.table("no_such_table"))
+    sent = _statements_sent(app.db.engine)
+    with pytest.raises(sa.exc.DBAPIError):
+        with app.db.write() as conn:
+            raw_rows.rows(conn, statement, {})
+    assert [text for text in sent if "no_such_table" in text] == []
+
+
+@pytest.mark.skipif(BACKEND != "mysql", reason="a deadlock's victim is rolled back whole on MySQL/MariaDB")
+def test_deadlock_victim_read_is_raised_and_its_writes_not_committed(app):
+    """The transaction that loses a deadlock in a raw read is rolled back by
+    the server; the error must reach the write's retry, and nothing of the
+    transaction may be committed (re-running the read began a new
+    transaction, and the write committed what followed it alone)."""
+    import threading
+    import time
+
+    meta = sa.MetaData()
+    cells = sa.Table(f"deadlock_{new_uuid()[:8]}", meta, sa.Column("id", sa.Integer, primary_key=True),
+                     sa.Column("v", sa.Integer))
+    meta.create_all(app.db.engine)
+    try:
+        with app.db.engine.begin() as conn:
+            conn.execute(cells.insert(), [{"id": k, "v": 0} for k in range(1, 60)])
+        other_ready, other_done = threading.Event(), threading.Event()
+
+        def other():  # the heavier transaction: it wins the deadlock
+            with app.db.engine.connect() as conn:
+                with conn.begin():
+                    conn.execute(cells.update().where(cells.c.id >= 3).values(v=cells.c.v + 1))
+                    conn.execute(cells.update().where(cells.c.id == 2).values(v=1))
+                    other_ready.set()
+                    time.sleep(0.5)  # until the victim waits for row 2
+                    conn.execute(cells.update().where(cells.c.id == 1).values(v=1))
+            other_done.set()
+
+        thread = threading.Thread(target=other)
+        with pytest.raises(sa.exc.DBAPIError) as raised:
+            with app.db.write() as conn:
+                conn.execute(cells.update().where(cells.c.id == 1).values(v=100))
+                thread.start()
+                assert other_ready.wait(10)
+                raw_rows.rows(conn, sa.select(cells.c.v).where(cells.c.id == 2).with_for_update(), {})
+        thread.join(30)
+        assert other_done.is_set()
+        assert engine.is_transient(raised.value)
+        with app.db.engine.connect() as conn:
+            assert conn.execute(sa.select(cells.c.v).where(cells.c.id == 1)).scalar_one() == 1
+    finally:
+        meta.drop_all(app.db.engine)
+
+
 @pytest.mark.skipif(BACKEND != "postgresql", reason="statements are prepared on PostgreSQL only")
 def test_postgresql_statements_prepared_once_per_connection(app, cloud):
     statement = ac._TREE_PROVIDERS

@@ -13,6 +13,8 @@ that is a failure.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 
 import pytest
@@ -37,12 +39,16 @@ def galera(tmp_path_factory):
             pytest.fail(f"the Galera tests cannot run under CI: {reason}")
         warnings.warn(f"SKIPPING the Galera tests: {reason}")
         pytest.skip(reason)
-    cluster = harness.GaleraCluster.create(tmp_path_factory.mktemp("galera"))
+    # Not under pytest's base directory: it is private to the user running
+    # pytest (0700), and the nodes run as another user when that is root.
+    base = tempfile.mkdtemp(prefix="allotment-galera-")
+    cluster = harness.GaleraCluster.create(base)
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

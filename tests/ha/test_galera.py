@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from allotment.api.app import Application
 from allotment.service import database_from_config
 from tests.concurrency.test_claim_race import INVENTORY, PREFILLED, PROJECT, Client, _seed_providers
-from tests.conftest import ApiClient, create_database, make_conf, prepare
+from tests.conftest import ApiClient, make_conf, prepare
 from tests.functional.test_server import serve, write_config
 from tests.ha.galera import GaleraCluster
 
@@ -45,12 +45,18 @@ KILLED = 2             # the node killed (1-based), and so the server on it
 
 
 @pytest.fixture
-def galera_db(whole_galera: GaleraCluster, tmp_path_factory):
-    """A new database on the cluster: (its URL through each node, drop)."""
-    url, drop = create_database(tmp_path_factory, "ha")
-    name = sa.engine.make_url(url).database
+def galera_db(whole_galera: GaleraCluster):
+    """A new database on the cluster, made through node 1: its URL through each node.
+    (Not the suite's create_database: run by hand, with ALLOTMENT_TEST_GALERA=1,
+    the suite's MySQL URL is the single server's, not the cluster's.)"""
+    name = f"allotment_ha_{uuidlib.uuid4().hex[:10]}"
+    admin = sa.create_engine(whole_galera.nodes[0].url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     yield [node.url(name) for node in whole_galera.nodes]
-    drop()
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+    admin.dispose()
 
 
 def _app(url: str, **overrides) -> ApiClient:
