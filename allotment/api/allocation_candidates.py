@@ -38,6 +38,7 @@ import webob
 from allotment.api import answer_cache
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, encoded_json_response, json_response
+from allotment.api.state import MAX_ENCODED, MAX_NAMES_AT
 from allotment.db import allocation_candidates as db
 from allotment.db import changes
 from allotment.domain import allocation_candidates as solver
@@ -76,7 +77,7 @@ def list_allocation_candidates(req: Request) -> webob.Response:
     :mod:`allotment.api.answer_cache`); the number is read first, in the
     read transaction that would compute the answer afresh.
     """
-    cache = req.app.candidates_cache
+    cache = req.app.state.answers
     conf = req.app.conf.placement
     if cache is None or conf.randomize_allocation_candidates:
         request = parse_query(req)
@@ -155,17 +156,14 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
         if not (lenient and index is not None and _ends_before(req, conn, request, names, index, error)):
             raise _reported(error)
         return names, _solve(req, request, db.Candidates(ProviderSnapshot(), ()))
-    mirror = req.app.provider_mirror
+    mirror = req.app.state.mirror
     snapshot = None if mirror is None else mirror.snapshot(conn, number)
     if snapshot is not None:
         candidates = db.mirrored_candidates(request, names, snapshot)
     else:
-        candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
+        candidates = db.load_candidates(conn, request, names, req.app.state.providers,
+                                        wanted=_wanted(req, request))
     return names, _solve(req, request, candidates)
-
-
-#: Names kept at most for one change number.
-MAX_NAMES_AT = 1024
 
 
 def _names(req: Request, conn, request: AllocationCandidatesRequest, number: int | None) -> db.Names:
@@ -174,10 +172,11 @@ def _names(req: Request, conn, request: AllocationCandidatesRequest, number: int
     ``number``: every table they come from is one the number follows."""
     if number is None:
         return db.resolve_names(conn, request, check=False)
-    kept_number, kept = req.app.names_at
+    state = req.app.state
+    kept_number, kept = state.names_at
     if kept_number != number or len(kept) >= MAX_NAMES_AT:
         kept = {}
-        req.app.names_at = (number, kept)
+        state.names_at = (number, kept)
     key = (tuple(request.resource_class_names()), frozenset(request.trait_names()),
            frozenset(request.aggregate_uuids()), frozenset(request.in_tree_uuids()))
     names = kept.get(key)
@@ -214,7 +213,7 @@ def _finds_nothing(req: Request, conn, request: AllocationCandidatesRequest, gro
     alone = dataclasses.replace(request, groups=(group,), group_policy=None, same_subtrees=(), limit=1,
                                 version=max(request.version, NESTED_AWARE_VERSION))
     names = db.resolve_names(conn, alone)
-    candidates = db.load_candidates(conn, alone, names, wanted=_wanted(req, alone))
+    candidates = db.load_candidates(conn, alone, names, req.app.state.providers, wanted=_wanted(req, alone))
     return not _solve(req, alone, candidates).allocation_requests
 
 
@@ -230,7 +229,7 @@ def generation_cap(conf) -> tuple[int, str]:
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        number = None if req.app.provider_mirror is None else changes.read_number(conn)[0]
+        number = None if req.app.state.mirror is None else changes.read_number(conn)[0]
         found = _found(req, conn, request, number)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(len(found.allocation_requests))
@@ -320,16 +319,6 @@ def _allocation_request(form: int, candidate: solver.AllocationRequest) -> dict:
                                                            "mappings": candidate.mappings}
 
 
-#: Encoded summaries: (provider id, traits shown, tree shown, classes
-#: shown) -> (the Provider, its parent and root uuids, the JSON).  The
-#: database layer gives the same Provider object again while nothing it
-#: shows changed, so a summary is encoded once per provider state rather
-#: than at every request.
-_ENCODED: dict[tuple, tuple] = {}
-#: Encoded summaries kept at most (emptied when full).
-MAX_ENCODED = 200_000
-
-
 def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                         summaries: Sequence[solver.ProviderSummary]) -> dict[str, orjson.Fragment]:
     """Each provider with its inventories' capacity and usage (before 1.27
@@ -342,7 +331,7 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
     nested = req.version >= (1, 29)
     requested = None if req.version >= (1, 27) else frozenset(request.resource_class_names())
     form = (with_traits, nested, requested)
-    encoded = _ENCODED
+    encoded = req.app.state.encoded_summaries
     result = {}
     for summary in summaries:
         shaped = summary.shaped

@@ -92,7 +92,7 @@ def explain(req: Request) -> webob.Response:
     with solver.gc_paused():
         with req.app.db.read() as conn:
             names, found = candidates_api.find(req, conn, request)
-            trees = db.load_all_trees(conn, request, names)
+            trees = db.load_all_trees(conn, request, names, req.app.state.providers)
             providers_total, trees_total = db.cloud_size(conn)
             result = engine.explain(request, trees.snapshot, trees.roots, trees_total=trees_total,
                                     providers_total=providers_total, max_candidates=cap)

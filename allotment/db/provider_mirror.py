@@ -40,7 +40,7 @@ the database as without a mirror.
 Bounded: once it would hold more than :data:`MAX_PROVIDERS` providers the
 mirror is dropped and the process's requests read the database (until it
 is restarted).  It holds what the per-provider
-caches of :mod:`allotment.db.allocation_candidates` would hold for the
+caches of :mod:`allotment.db.provider_cache` would hold for the
 same cloud (they are not filled while the mirror serves): 2.0 KB per
 flat host measured, equal inventory mappings and trait lists kept once.
 """
@@ -55,7 +55,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
-from allotment.db.allocation_candidates import built_inventories, forget_generations
+from allotment.db.allocation_candidates import built_inventories
+from allotment.db.provider_cache import ProviderCaches
 from allotment.domain.allocation_candidates import MEMO_LIMIT, MEMO_UNITS_PER_TREE
 from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 
@@ -122,9 +123,13 @@ _CLASSES = sa.select(RC.c.id, RC.c.name)
 
 
 class ProviderMirror:
-    """One process's snapshot of every provider (see the module doc)."""
+    """One process's snapshot of every provider (see the module doc).
 
-    def __init__(self) -> None:
+    ``caches``: the process's per-generation caches, emptied when the
+    database is seen gone back in time or replaced."""
+
+    def __init__(self, caches: ProviderCaches) -> None:
+        self._caches = caches
         self._lock = threading.Lock()
         #: (the change number it is current at, the snapshot, the notes
         #: read with it: the number on SQLite, changes.PgNotes on PostgreSQL)
@@ -186,7 +191,7 @@ class ProviderMirror:
             return
         LOG.warning("%s: reading every resource provider again", reason)
         self.rebuilds += 1
-        forget_generations()
+        self._caches.forget()
 
     def _keep(self, number: int, snapshot: ProviderSnapshot | None, notes) -> ProviderSnapshot | None:
         if snapshot is None or len(snapshot) > MAX_PROVIDERS:

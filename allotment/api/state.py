@@ -1,0 +1,79 @@
+"""Everything one API process keeps between requests, in one owner.
+
+The application (:class:`allotment.api.app.Application`, which the WSGI
+server and the direct interface both build) makes one
+:class:`ProcessState` and every handler reaches it as ``req.app.state``.
+Nothing else in the process keeps data from one request for the next:
+the module globals left are constant tables, statements, schemas and
+memos of pure functions of such constants (listed at the end of
+docs/architecture.md, "State and its owner").
+
+Every cache below depends on rows of the database and is dropped by one
+rule: the database's change number (:mod:`allotment.db.changes`) or a
+provider's generation (:mod:`allotment.db.generations`) moved, or the
+database went back in time or was replaced (then the number says so, or,
+where there is none, a lost connection does).
+
+=====================  ==========================  ======================  =================================
+what                   keyed on                    bound                   dropped when
+=====================  ==========================  ======================  =================================
+``answers``            (version, query string,     ``candidates_cache_mb`` the change number moves (all of
+                       cap, strategy)                                      them at once)
+``names_at``           the names a query asks for  :data:`MAX_NAMES_AT`    the change number moves
+``mirror``             every provider (one         ``MAX_PROVIDERS``       the providers noted since its
+                       snapshot), its tree memo                            number are replaced; everything at
+                       and summaries                                       a change of names or going back
+``providers``          (provider id, uuid,         200,000 providers each  the generation moves (per entry);
+                       generation)                                         all at going back / a lost link
+``encoded_summaries``  (provider id, form)         :data:`MAX_ENCODED`     the Provider object is replaced
+                                                                           (the loader builds a new one when
+                                                                           its generation or usage moves)
+=====================  ==========================  ======================  =================================
+"""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from allotment.db import changes
+from allotment.db.engine import Database
+from allotment.db.provider_cache import ProviderCaches
+
+#: Names kept at most for one change number.
+MAX_NAMES_AT = 1024
+#: Encoded provider summaries kept at most (emptied when full).
+MAX_ENCODED = 200_000
+
+
+class ProcessState:
+    """The caches of one process (see the module doc for each one's key,
+    bound and the rule that drops it)."""
+
+    def __init__(self, conf: cfg.ConfigOpts, database: Database):
+        #: What the candidate loader keeps by provider generation.
+        self.providers = ProviderCaches()
+        # Where nothing notices a database gone back in time (MySQL/MariaDB
+        # have no change number), a lost connection -- the server restarted
+        # or failed over -- empties what is kept by provider generation.
+        database.on_connection_lost.append(self.providers.forget)
+        #: Answers of GET /allocation_candidates kept while nothing changed.
+        self.answers = None
+        if conf.allotment.candidates_cache_mb > 0 and database.backend in changes.BACKENDS:
+            from allotment.api.answer_cache import AnswerCache
+
+            self.answers = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
+        #: (change number, {names asked: Names}): the ids of the names of
+        #: recent candidate requests, read at that number.
+        self.names_at: tuple = (None, {})
+        #: Every provider, kept current (GET /allocation_candidates).
+        self.mirror = None
+        if conf.allotment.provider_mirror and database.backend in changes.NOTING_BACKENDS:
+            from allotment.db.provider_mirror import ProviderMirror
+
+            self.mirror = ProviderMirror(self.providers)
+        #: Encoded summaries: (provider id, traits shown, tree shown, classes
+        #: shown) -> (the Provider, its parent and root uuids, the JSON).
+        #: The database layer gives the same Provider object again while
+        #: nothing it shows changed, so a summary is encoded once per
+        #: provider state rather than at every request.
+        self.encoded_summaries: dict[tuple, tuple] = {}
