@@ -36,6 +36,7 @@ import orjson
 import webob
 
 from allotment.api import answer_cache
+from allotment.api.collector import gc_paused
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, encoded_json_response, json_response
 from allotment.api.state import MAX_ENCODED, MAX_NAMES_AT
@@ -81,7 +82,7 @@ def list_allocation_candidates(req: Request) -> webob.Response:
     conf = req.app.conf.placement
     if cache is None or conf.randomize_allocation_candidates:
         request = parse_query(req)
-        with solver.gc_paused():
+        with gc_paused():
             # The answer's objects are all freed (by reference counting) when
             # _answer returns, before the collector resumes: it then has no
             # backlog of young objects to walk.
@@ -101,7 +102,7 @@ def list_allocation_candidates(req: Request) -> webob.Response:
                 # a snapshot of its own: the number read just now is as good.)
                 number, compact_due = changes.read_number(conn)
             request = parse_query(req)
-            with solver.gc_paused():
+            with gc_paused():
                 found = _found(req, conn, request, number)
                 answer = answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
                                              len(found.allocation_requests), _capped(req, found))

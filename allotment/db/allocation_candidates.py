@@ -410,7 +410,7 @@ def _group_rules(group: RequestGroup, names: Names, params: dict, prefix: str) -
 def _group_conditions(shape: _GroupShape, prefix: str) -> list[sa.ColumnElement[bool]]:
     """Per-provider rules of the only group asking for a class.
 
-    Mirrors the solver's predicates (``_single_ok`` for suffixed groups,
+    Mirrors the solver's predicates (``Plan.single_ok`` for suffixed groups,
     ``_multi_base_ok`` plus the aggregate rules for the unsuffixed one),
     loosened wherever the solver looks at the anchor rather than the
     provider.

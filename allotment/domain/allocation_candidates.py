@@ -42,18 +42,26 @@ produced lazily, so with a ``limit`` (and no randomisation) the work stops
 after ``limit`` candidates; ``max_allocation_candidates`` caps generation in
 the order the strategy gives (``depth-first``: one anchor after another;
 ``breadth-first``: round-robin over anchors).
+
+Extending the search
+--------------------
+:class:`Plan` (built by :meth:`Plan.build`) and :class:`Search` are
+public for tools that look inside the search, such as
+:mod:`allotment.domain.explain`: a plan may be built with rules relaxed
+(``relaxed``, see :data:`SEARCH_RULES`), asked for the providers a slot
+may take (:meth:`Plan.single_ok`, :meth:`Plan.multi_domain`), and given a
+subclass of :class:`Search` as its ``search_class``.  The one method meant
+to be overridden is :meth:`Search.consistent`, called once per placement
+tried: an override may count, limit (by raising) or veto placements, and
+calls the base method for the solver's own verdict.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import gc
 import itertools
 import random
-import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain import capacity as cap
@@ -199,15 +207,14 @@ def find_allocation_candidates(
     counter = itertools.count()
     stream = (areq for areq, _ in zip(stream, counter))
     limit = request.limit
-    with gc_paused():
-        if randomize:
-            rng = rng or random.Random()
-            chosen = (_reservoir_sample(stream, limit, rng) if limit
-                      else list(stream))
-            rng.shuffle(chosen)
-        else:
-            chosen = list(itertools.islice(stream, limit) if limit
-                          else stream)
+    if randomize:
+        rng = rng or random.Random()
+        chosen = (_reservoir_sample(stream, limit, rng) if limit
+                  else list(stream))
+        rng.shuffle(chosen)
+    else:
+        chosen = list(itertools.islice(stream, limit) if limit
+                      else stream)
     trees = None
     if request.nested_aware and snapshot.per_provider is not None:
         trees = summarize_trees(chosen, snapshot)
@@ -237,7 +244,7 @@ def iter_allocation_requests(
     """
     if strategy not in STRATEGIES:
         raise ValueError("Strategy '%s' not recognized" % strategy)
-    plan = _Plan.build(request, snapshot)
+    plan = Plan.build(request, snapshot)
     if plan is None:
         return iter(())
     memo = snapshot.tree_memo
@@ -320,61 +327,6 @@ def _summary(prov: Provider, snapshot: ProviderSnapshot) -> ProviderSummary:
         root_provider_uuid=snapshot.uuid_of(prov.root_id))
 
 
-class _CollectorPause:
-    """Hold off the cyclic garbage collector while a request's objects
-    pile up; safe with several threads per process.
-
-    A request builds tens of thousands of small containers (snapshot,
-    candidates, summaries) and none forms a cycle, yet with the collector
-    on, each full collection walks every object of the process again
-    (measured: about a third of a 2,000-root request, 60% of 300k
-    candidates).  Reference counting still frees everything.
-
-    The collector is off while at least one holder is inside (a counter,
-    not "was it enabled", so one thread ending cannot switch it back on
-    under another, nor leave it off).  Should holders overlap without a
-    break for longer than :attr:`MAX_PAUSE` seconds, the one leaving then
-    runs a collection, so cycles made elsewhere cannot pile up forever.
-    """
-
-    MAX_PAUSE = 5.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._we_disabled = False
-        self._since = 0.0
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._holders == 0:
-                self._we_disabled = gc.isenabled()
-                gc.disable()
-                self._since = time.monotonic()
-            self._holders += 1
-        try:
-            yield
-        finally:
-            collect = False
-            with self._lock:
-                self._holders -= 1
-                if self._holders == 0:
-                    if self._we_disabled:
-                        gc.enable()
-                elif (self._we_disabled and time.monotonic() - self._since
-                      > self.MAX_PAUSE):
-                    self._since = time.monotonic()
-                    collect = True
-            if collect:
-                gc.collect()
-
-
-#: ``with gc_paused(): ...`` around work that allocates much and frees it
-#: at the end (reentrant; see :class:`_CollectorPause`).
-gc_paused = _CollectorPause()
-
-
 def _reservoir_sample(stream: Iterable, size: int,
                       rng: random.Random) -> list:
     """Uniform sample of ``size`` items in one pass and O(size) memory."""
@@ -407,7 +359,7 @@ def _round_robin(iterables: Iterable[Iterable]) -> Iterator:
 # ---------------------------------------------------------------------------
 
 @dataclasses.dataclass(slots=True)
-class _Slot:
+class Slot:
     """One decision of the search: the provider for a suffixed group, or
     for one resource class of the unsuffixed group."""
 
@@ -425,7 +377,7 @@ class _Slot:
         self.has_aggregates = bool(self.group.aggregates)
 
 
-class _Plan:
+class Plan:
     """Everything about a request that does not depend on the anchor."""
 
     def __init__(self, request: AllocationCandidatesRequest,
@@ -441,18 +393,19 @@ class _Plan:
         self.nested_aware = request.nested_aware or ONE_PROVIDER_PER_TREE in relaxed
         self.combined = COMBINED_CAPACITY not in relaxed
         self.distinct = DISTINCT not in relaxed
-        #: The search used per anchor (explain counts its steps).
-        self.search_class = _Search
-        self.slots: list[_Slot] = []
+        #: The search used per anchor: :class:`Search` or a subclass of it
+        #: (explain's counts its steps).
+        self.search_class = Search
+        self.slots: list[Slot] = []
         unsuffixed = request.group("")
         if unsuffixed is not None:
             for rc, amount in unsuffixed.resources.items():
-                self.slots.append(_Slot(
+                self.slots.append(Slot(
                     "", ((rc, amount),), unsuffixed, False,
                     ("multi", rc, amount)))
         for grp in request.groups:
             if grp.suffix:
-                self.slots.append(_Slot(
+                self.slots.append(Slot(
                     grp.suffix, tuple(grp.resources.items()), grp, True,
                     ("single", tuple(sorted(grp.resources.items())),
                      grp.traits, grp.aggregates, grp.in_tree)))
@@ -461,7 +414,7 @@ class _Plan:
             unsuffixed.resources else None
         self.last_unsuffixed = sum(1 for s in self.slots if not s.single) - 1
         # same_subtree sets as slot indexes; each is re-checked whenever one
-        # of its slots is placed (see _Search._subtree_possible).
+        # of its slots is placed (see Search._subtree_possible).
         slot_of = {s.suffix: i for i, s in enumerate(self.slots) if s.single}
         self.subtree_sets: list[tuple[int, ...]] = []
         self.subtree_checks: dict[int, list[tuple[int, ...]]] = {}
@@ -502,7 +455,7 @@ class _Plan:
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
               snapshot: ProviderSnapshot,
-              relaxed: frozenset[str] = frozenset()) -> _Plan | None:
+              relaxed: frozenset[str] = frozenset()) -> Plan | None:
         """A plan, or None when some ``in_tree`` provider is unknown (no
         candidate can then exist).  ``relaxed``: rules switched off."""
         roots = {}
@@ -543,7 +496,7 @@ class _Plan:
 
     # -- per-provider predicates ----------------------------------------------
 
-    def _single_ok(self, grp: RequestGroup, prov: Provider) -> bool:
+    def single_ok(self, grp: RequestGroup, prov: Provider) -> bool:
         """Can this provider alone serve the suffixed group?"""
         inventories = prov.inventories
         for rc, amount in grp.resources.items():
@@ -558,17 +511,17 @@ class _Plan:
             return False
         return True
 
-    def _single_ok_cached(self, slot: _Slot, pid: int) -> bool:
-        """:meth:`_single_ok` for providers seen under many anchors
+    def _single_ok_cached(self, slot: Slot, pid: int) -> bool:
+        """:meth:`single_ok` for providers seen under many anchors
         (sharing providers)."""
         cache = self._single_ok_cache.setdefault(slot.signature, {})
         found = cache.get(pid)
         if found is None:
-            found = self._single_ok(slot.group, self.snapshot.get(pid))
+            found = self.single_ok(slot.group, self.snapshot.get(pid))
             cache[pid] = found
         return found
 
-    def _multi_base_ok(self, slot: _Slot, prov: Provider) -> bool:
+    def _multi_base_ok(self, slot: Slot, prov: Provider) -> bool:
         """Capacity and forbidden traits for one unsuffixed class; the
         aggregate rules depend on the anchor and are applied by the caller."""
         (rc, amount), = slot.amounts
@@ -592,7 +545,7 @@ class _Plan:
                     domain = self._single_domain(slot, root, by_class,
                                                  sharing)
                 else:
-                    domain = self._multi_domain(slot, root, by_class,
+                    domain = self.multi_domain(slot, root, by_class,
                                                 sharing)
                 memo[slot.signature] = domain
             yield domain
@@ -623,7 +576,7 @@ class _Plan:
                 return None
         return domains
 
-    def _single_domain(self, slot: _Slot, root: int,
+    def _single_domain(self, slot: Slot, root: int,
                        by_class: dict[str, list[int]],
                        sharing: Sequence[int]) -> list[int]:
         snapshot = self.snapshot
@@ -634,14 +587,14 @@ class _Plan:
         else:
             in_tree = snapshot.tree(root)
         domain = [pid for pid in in_tree
-                  if self._single_ok(grp, snapshot.get(pid))]
+                  if self.single_ok(grp, snapshot.get(pid))]
         domain += [pid for pid in sharing
                    if self._single_ok_cached(slot, pid)]
         return domain
 
-    def _multi_domain(self, slot: _Slot, root: int,
-                      by_class: dict[str, list[int]],
-                      sharing: Sequence[int]) -> list[int]:
+    def multi_domain(self, slot: Slot, root: int,
+                     by_class: dict[str, list[int]],
+                     sharing: Sequence[int]) -> list[int]:
         """Providers for one unsuffixed class: capacity, no forbidden
         trait, and the aggregate rules (an aggregate on the root spans its
         tree; a sharing provider must be a member itself)."""
@@ -755,7 +708,7 @@ class _Plan:
         """The candidates of a tree of one provider that borrows nothing
         (flat compute nodes): every slot on that provider, or none.
 
-        The checks of :meth:`_domains` and :class:`_Search` reduced to one
+        The checks of :meth:`_domains` and :class:`Search` reduced to one
         provider: each slot's own predicate, then isolation (two suffixed
         groups cannot share it), the summed amounts, and the unsuffixed
         group's required traits; ``same_subtree`` and the one-provider-
@@ -769,7 +722,7 @@ class _Plan:
         for slot in self.slots:
             grp = slot.group
             if slot.single:
-                if not self._single_ok(grp, prov):
+                if not self.single_ok(grp, prov):
                     return ()
                 continue
             if grp.in_tree and self.in_tree_roots[grp.in_tree] != root:
@@ -823,13 +776,17 @@ class _Plan:
         return False
 
 
-class _Search:
-    """Depth-first assignment of providers to slots for one anchor."""
+class Search:
+    """Depth-first assignment of providers to slots for one anchor.
+
+    The extension point of the search (see the module doc): a subclass
+    set as a plan's ``search_class`` may override :meth:`consistent`.
+    """
 
     __slots__ = ("plan", "root", "domains", "slots", "picked", "load",
                  "isolated", "limits", "offered", "reach", "last")
 
-    def __init__(self, plan: _Plan, root: int, domains: list[list[int]]):
+    def __init__(self, plan: Plan, root: int, domains: list[list[int]]):
         self.plan = plan
         self.root = root
         self.domains = domains
@@ -892,7 +849,7 @@ class _Search:
                     return None
                 load[key] = total
             picked[depth] = pid
-            if not self._consistent(depth):
+            if not self.consistent(depth):
                 return None
         if not plan.nested_aware and not self._one_provider_per_tree():
             return None
@@ -926,7 +883,7 @@ class _Search:
                 added.append((key, amount))
             if fits:
                 picked[depth] = pid
-                if self._consistent(depth):
+                if self.consistent(depth):
                     if last:
                         # The leaf inline: no generator per candidate.
                         if plan.nested_aware or \
@@ -947,8 +904,10 @@ class _Search:
                 else:
                     del load[key]
 
-    def _consistent(self, depth: int) -> bool:
-        """Checks that become decidable once slot ``depth`` is placed."""
+    def consistent(self, depth: int) -> bool:
+        """Checks that become decidable once slot ``depth`` is placed (the
+        overridable hook: called once per placement tried; ``self.picked[:depth
+        + 1]`` holds the providers placed so far)."""
         plan = self.plan
         if not plan.check_traits and not plan.subtree_checks:
             return True

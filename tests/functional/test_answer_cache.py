@@ -533,13 +533,13 @@ def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
         for pick in (3, 11):
             _write_raw(cloud, conn, "aggregate", pick, 1)
     searched = []
-    real = solver._Plan.candidates_at
+    real = solver.Plan.candidates_at
 
     def counted(plan, root):
         searched.append(root)
         return real(plan, root)
 
-    monkeypatch.setattr(solver._Plan, "candidates_at", counted)
+    monkeypatch.setattr(solver.Plan, "candidates_at", counted)
     query = QUERIES[3].format(agg=cloud.agg_uuid)
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     status, body = _answer(api, query, "1.39")

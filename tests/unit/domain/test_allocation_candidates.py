@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-import time
 import uuid as uuidlib
 from urllib.parse import parse_qsl
 
@@ -1198,14 +1197,14 @@ class TestWideTrees:
         measure of the search's work that does not depend on the machine's
         load, unlike a stopwatch."""
         calls = [0]
-        consistent = ac._Search._consistent
+        consistent = ac.Search.consistent
 
         def counting(search, depth):
             calls[0] += 1
             return consistent(search, depth)
 
         with monkeypatch.context() as patch:
-            patch.setattr(ac._Search, "_consistent", counting)
+            patch.setattr(ac.Search, "consistent", counting)
             res = ac.find_allocation_candidates(request, snap, **kw)
         return res, calls[0]
 
@@ -1661,67 +1660,6 @@ class TestSnapshotAdd:
         assert snap.sharing_providers_by_anchor() == {}
         snap.add([Provider(id=2, uuid="cn", aggregates={AGG_A})])
         assert snap.sharing_providers_by_anchor() == {2: (1,)}
-
-
-# ---------------------------------------------------------------------------
-# Pausing the collector with several threads
-# ---------------------------------------------------------------------------
-
-class TestCollectorPause:
-    def test_off_while_any_holder_is_inside(self):
-        import gc
-        import threading
-
-        pause = ac._CollectorPause()
-        assert gc.isenabled()
-        first_in, second_in, first_out = (threading.Event() for _ in range(3))
-        seen = []
-
-        def first():
-            with pause():
-                first_in.set()
-                second_in.wait(5)
-            first_out.set()
-
-        def second():
-            first_in.wait(5)
-            with pause():
-                second_in.set()
-                first_out.wait(5)
-                seen.append(gc.isenabled())  # the first left: still off
-
-        threads = [threading.Thread(target=first), threading.Thread(target=second)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
-        assert seen == [False]
-        assert gc.isenabled()
-
-    def test_leaves_a_disabled_collector_disabled(self):
-        import gc
-
-        pause = ac._CollectorPause()
-        gc.disable()
-        try:
-            with pause():
-                pass
-            assert not gc.isenabled()
-        finally:
-            gc.enable()
-
-    def test_overlapping_holders_collect_after_the_limit(self, monkeypatch):
-        import gc
-
-        pause = ac._CollectorPause()
-        pause.MAX_PAUSE = 0.0
-        collected = []
-        monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
-        with pause():
-            with pause():
-                time.sleep(0.01)
-            assert collected == [1]
-        assert gc.isenabled()
 
 
 # ---------------------------------------------------------------------------
