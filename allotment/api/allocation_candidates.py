@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import weakref
+from collections.abc import Collection, Sequence
 
 import orjson
 import webob
@@ -45,7 +46,7 @@ from allotment.db import changes
 from allotment.domain import allocation_candidates as solver
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
-from allotment.domain.provider_tree import ProviderSnapshot
+from allotment.domain.provider_tree import KeptResults, ProviderSnapshot
 from allotment.domain.request_groups import (
     NESTED_AWARE_VERSION,
     AllocationCandidatesRequest,
@@ -158,12 +159,11 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
             raise _reported(error)
         return names, _solve(req, request, db.Candidates(ProviderSnapshot(), ()))
     mirror = req.app.state.mirror
-    snapshot = None if mirror is None else mirror.snapshot(conn, number)
-    if snapshot is not None:
-        candidates = db.mirrored_candidates(request, names, snapshot)
-    else:
-        candidates = db.load_candidates(conn, request, names, req.app.state.providers,
-                                        wanted=_wanted(req, request))
+    mirrored = None if mirror is None else mirror.snapshot(conn, number)
+    if mirrored is not None:
+        candidates = db.mirrored_candidates(request, names, mirrored.snapshot)
+        return names, _solve(req, request, candidates, mirrored.kept)
+    candidates = db.load_candidates(conn, request, names, req.app.state.providers, wanted=_wanted(req, request))
     return names, _solve(req, request, candidates)
 
 
@@ -249,7 +249,7 @@ def _shaped(req: Request, request: AllocationCandidatesRequest, found: solver.Al
     else:
         summaries = _provider_summaries(req, request, found.provider_summaries)
     return {
-        "allocation_requests": _allocation_requests(req, found.allocation_requests),
+        "allocation_requests": _allocation_requests(req, found.allocation_requests, found.kept_ids),
         "provider_summaries": summaries,
     }
 
@@ -264,8 +264,8 @@ def _wanted(req: Request, request: AllocationCandidatesRequest) -> int | None:
     return request.limit
 
 
-def _solve(req: Request, request: AllocationCandidatesRequest,
-           candidates: db.Candidates) -> solver.AllocationCandidates:
+def _solve(req: Request, request: AllocationCandidatesRequest, candidates: db.Candidates,
+           kept: KeptResults | None = None) -> solver.AllocationCandidates:
     conf = req.app.conf.placement
     cap, _ = generation_cap(req.app.conf)
     safety = conf.max_allocation_candidates < 0
@@ -274,7 +274,8 @@ def _solve(req: Request, request: AllocationCandidatesRequest,
         max_candidates=cap,
         strategy=conf.allocation_candidates_generation_strategy,
         randomize=conf.randomize_allocation_candidates,
-        anchors=candidates.anchors)
+        anchors=candidates.anchors,
+        kept=kept)
     if safety and found.generated >= SAFETY_CAP:
         _log_capped(req)
     return found
@@ -290,24 +291,30 @@ def _log_capped(req: Request) -> None:
                 req.request_id, SAFETY_CAP)
 
 
-def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest]) -> list:
+def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest],
+                         kept_ids: Collection[int]) -> list:
     """Each candidate in the form of the request's microversion, encoded.
 
-    A candidate the solver keeps across requests (the provider mirror's
-    memo of unchanged trees) keeps its encoded form in its ``shaped``
-    slot: (form, JSON), given again for the same form."""
+    A candidate the solver keeps across requests (its id in ``kept_ids``)
+    has its encoded form kept in ``state.encoded_candidates`` for the last
+    form asked: (the candidate, weakly, the form, the JSON), given again
+    while the candidate lives and is asked for in that form."""
     form = 0 if req.version < (1, 12) else 1 if req.version < (1, 34) else 2
+    encoded = req.app.state.encoded_candidates
     result: list = []
     for candidate in candidates:
-        shaped = candidate.shaped
-        if shaped is None:  # made for this request only
+        key = id(candidate)
+        if key not in kept_ids:  # made for this request only
             result.append(_allocation_request(form, candidate))
             continue
-        if shaped is False or shaped[0] != form:
+        known = encoded.get(key)
+        if known is None or known[1] != form or known[0]() is not candidate:
+            if len(encoded) >= MAX_ENCODED:
+                encoded.clear()
             # An exact-size copy (orjson's own bytes keep the room its writer grew to).
-            shaped = candidate.shaped = (form, orjson.Fragment(memoryview(
+            known = encoded[key] = (weakref.ref(candidate), form, orjson.Fragment(memoryview(
                 orjson.dumps(_allocation_request(form, candidate))).tobytes()))
-        result.append(shaped[1])
+        result.append(known[2])
     return result
 
 
@@ -324,27 +331,15 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                         summaries: Sequence[solver.ProviderSummary]) -> dict[str, orjson.Fragment]:
     """Each provider with its inventories' capacity and usage (before 1.27
     only the requested classes), traits (1.17) and place in its tree
-    (1.29), encoded.
-
-    A summary the solver keeps with its snapshot keeps its encoded form in
-    its ``shaped`` slot: (form, JSON), given again for the same form."""
+    (1.29), encoded: encoded once per provider state and form (see
+    ``state.encoded_summaries``)."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
     requested = None if req.version >= (1, 27) else frozenset(request.resource_class_names())
-    form = (with_traits, nested, requested)
     encoded = req.app.state.encoded_summaries
     result = {}
     for summary in summaries:
-        shaped = summary.shaped
         provider = summary.provider
-        if shaped:
-            if shaped[0] == form:
-                result[provider.uuid] = shaped[1]
-                continue
-        elif shaped is False:
-            summary.shaped = (form, _encoded_summary(summary, with_traits, nested, requested))
-            result[provider.uuid] = summary.shaped[1]
-            continue
         parent, root = summary.parent_provider_uuid, summary.root_provider_uuid
         key = (provider.id, with_traits, nested, requested)
         known = encoded.get(key)
@@ -353,25 +348,29 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                 encoded.clear()
             known = encoded[key] = (provider, parent, root,
                                     _encoded_summary(summary, with_traits, nested, requested))
-        if shaped is not None:  # kept with the snapshot, another form
-            summary.shaped = (form, known[3])
         result[provider.uuid] = known[3]
     return result
 
 
 def _tree_summaries(req: Request, request: AllocationCandidatesRequest,
                     trees: Sequence[solver.TreeSummaries]) -> dict[str, orjson.Fragment]:
-    """:func:`_provider_summaries` of whole trees kept with the solver's
-    snapshot: each tree keeps its encoded summaries for the last form asked
-    in its ``shaped`` slot, given again for the same form."""
+    """:func:`_provider_summaries` of whole trees the solver keeps across
+    requests: each tree's encoded summaries are kept in
+    ``state.encoded_trees`` for the last form asked (the tree, weakly, the
+    form, {uuid: JSON}), given again while the tree lives and is asked for
+    in that form."""
     form = (req.version >= (1, 17), req.version >= (1, 29),
             None if req.version >= (1, 27) else frozenset(request.resource_class_names()))
+    encoded = req.app.state.encoded_trees
     result: dict[str, orjson.Fragment] = {}
     for tree in trees:
-        shaped = tree.shaped
-        if shaped is None or shaped[0] != form:
-            shaped = tree.shaped = (form, _provider_summaries(req, request, tree.summaries))
-        result.update(shaped[1])
+        key = id(tree)
+        known = encoded.get(key)
+        if known is None or known[1] != form or known[0]() is not tree:
+            if len(encoded) >= MAX_ENCODED:
+                encoded.clear()
+            known = encoded[key] = (weakref.ref(tree), form, _provider_summaries(req, request, tree.summaries))
+        result.update(known[2])
     return result
 
 

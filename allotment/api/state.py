@@ -3,32 +3,36 @@
 The application (:class:`allotment.api.app.Application`, which the WSGI
 server and the direct interface both build) makes one
 :class:`ProcessState` and every handler reaches it as ``req.app.state``.
-Nothing else in the process keeps data from one request for the next:
-the module globals left are constant tables, statements, schemas and
-memos of pure functions of such constants (listed at the end of
-docs/architecture.md, "State and its owner").
-
-Every cache below depends on rows of the database and is dropped by one
+Every cache here depends on rows of the database and is dropped by one
 rule: the database's change number (:mod:`allotment.db.changes`) or a
 provider's generation (:mod:`allotment.db.generations`) moved, or the
-database went back in time or was replaced (then the number says so, or,
-where there is none, a lost connection does).
+database went back in time or was replaced (the number says so; where
+there is none, a lost connection is taken to mean it).
 
-=====================  ==========================  ======================  =================================
-what                   keyed on                    bound                   dropped when
-=====================  ==========================  ======================  =================================
-``answers``            (version, query string,     ``candidates_cache_mb`` the change number moves (all of
-                       cap, strategy)                                      them at once)
-``names_at``           the names a query asks for  :data:`MAX_NAMES_AT`    the change number moves
-``mirror``             every provider (one         ``MAX_PROVIDERS``       the providers noted since its
-                       snapshot), its tree memo                            number are replaced; everything at
-                       and summaries                                       a change of names or going back
-``providers``          (provider id, uuid,         200,000 providers each  the generation moves (per entry);
-                       generation)                                         all at going back / a lost link
-``encoded_summaries``  (provider id, form)         :data:`MAX_ENCODED`     the Provider object is replaced
-                                                                           (the loader builds a new one when
-                                                                           its generation or usage moves)
-=====================  ==========================  ======================  =================================
+======================  ===========================  =====================  ==================================
+attribute               keyed on                     bound                  dropped when
+======================  ===========================  =====================  ==================================
+``answers``             version, query string, cap,  candidates_cache_mb    the change number moves (all at
+                        strategy                                            once)
+``names_at``            the names a query asks for   :data:`MAX_NAMES_AT`   the change number moves
+``mirror``              every provider, and the      ``MAX_PROVIDERS``;     the providers noted since its
+                        solver's results kept from   the tree memo's        number are replaced, with what was
+                        them (candidates per tree    units                  computed from their trees; all at
+                        and query, summaries)                               a change of names or going back
+``providers``           provider id, uuid,           200,000 providers      the generation moves (per entry);
+                        generation                   each                   all at going back, a lost link
+``encoded_summaries``   provider id, form            :data:`MAX_ENCODED`    a new Provider object stands for
+                                                                            the provider (its state moved)
+``encoded_candidates``  the kept candidate, form     :data:`MAX_ENCODED`    the candidate is dropped from the
+                                                                            mirror's results (weak reference)
+``encoded_trees``       the kept tree summaries,     :data:`MAX_ENCODED`    the tree is dropped from the
+                        form                                                mirror's results (weak reference)
+======================  ===========================  =====================  ==================================
+
+The module globals left elsewhere are constant tables, statements,
+schemas and memos of pure functions of such constants; docs/architecture.md
+("State and its owner") lists them, and the two time-bound results kept by
+the application's health check and metrics.
 """
 
 from __future__ import annotations
@@ -77,3 +81,10 @@ class ProcessState:
         #: nothing it shows changed, so a summary is encoded once per
         #: provider state rather than at every request.
         self.encoded_summaries: dict[tuple, tuple] = {}
+        #: Encoded candidates the mirror's kept results hold: id of the
+        #: candidate -> (a weak reference to it, the form, the JSON).
+        self.encoded_candidates: dict[int, tuple] = {}
+        #: Encoded summaries of the trees the mirror's kept results hold: id
+        #: of the TreeSummaries -> (a weak reference to it, the form, {uuid:
+        #: JSON}).
+        self.encoded_trees: dict[int, tuple] = {}

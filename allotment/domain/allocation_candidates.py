@@ -62,17 +62,17 @@ import collections
 import dataclasses
 import itertools
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from allotment.domain import capacity as cap
-from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
 
 #: Candidates of one tree kept for later requests at most (more are
 #: computed again).
 MEMO_PER_TREE = 16
-#: What one snapshot's memo keeps at most, in units of about 250 bytes: a
+#: What the tree memo of one snapshot's kept results keeps at most, in units of about 250 bytes: a
 #: kept candidate (with its encoded JSON, about 1 KB) counts
 #: MEMO_CANDIDATE_UNITS, each tree's entry for a request (about 60-300
 #: bytes, kept for a tree that gives nothing too) one: 20,000 candidates,
@@ -110,7 +110,7 @@ DISTINCT = "distinct"
 # Results
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, weakref_slot=True)
 class AllocationRequest:
     """One candidate, ready to be shaped into JSON.
 
@@ -124,10 +124,6 @@ class AllocationRequest:
     mappings: dict[str, list[str]]
     #: Internal ids of the providers holding allocated resources.
     provider_ids: tuple[int, ...]
-    #: None for a candidate made for one request; for one kept across
-    #: requests (see :class:`~allotment.domain.provider_tree.TreeMemo`),
-    #: False until the API layer keeps its encoded form here.
-    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -141,26 +137,19 @@ class ProviderSummary:
     provider: Provider
     parent_provider_uuid: str | None
     root_provider_uuid: str
-    #: None for a summary made for one request; for one kept with a
-    #: snapshot across requests (:attr:`ProviderSnapshot.per_provider`),
-    #: False until the API layer keeps its encoded form here.
-    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def uuid(self) -> str:
         return self.provider.uuid
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, weakref_slot=True)
 class TreeSummaries:
     """The summaries of every provider of one tree, in tree order, kept
-    with a snapshot across requests (:attr:`ProviderSnapshot.per_provider`)
+    with a snapshot's :class:`~allotment.domain.provider_tree.KeptResults`
     while the tree does not change."""
 
     summaries: tuple[ProviderSummary, ...]
-    #: None until the API layer keeps their encoded form here: (form,
-    #: {uuid: JSON}).
-    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -170,9 +159,12 @@ class AllocationCandidates:
     #: Candidates generated before ``limit`` or sampling picked the answer
     #: (equal to ``max_candidates`` when that cap cut generation short).
     generated: int = 0
-    #: The same summaries tree by tree, when the snapshot keeps them (from
-    #: 1.29, where whole trees are listed); None otherwise.
+    #: The same summaries tree by tree, when results are kept (from 1.29,
+    #: where whole trees are listed); None otherwise.
     summary_trees: list[TreeSummaries] | None = None
+    #: The ids of those of ``allocation_requests`` that the kept results
+    #: hold (the same objects are given again while they do).
+    kept_ids: Collection[int] = frozenset()
 
 
 # ---------------------------------------------------------------------------
@@ -187,7 +179,8 @@ def find_allocation_candidates(
         strategy: str = DEPTH_FIRST,
         randomize: bool = False,
         rng: random.Random | None = None,
-        anchors: Iterable[int] | None = None) -> AllocationCandidates:
+        anchors: Iterable[int] | None = None,
+        kept: KeptResults | None = None) -> AllocationCandidates:
     """Answer ``GET /allocation_candidates``.
 
     :param max_candidates: ``[placement] max_allocation_candidates``; -1 for
@@ -197,9 +190,12 @@ def find_allocation_candidates(
     :param randomize: ``[placement] randomize_allocation_candidates``: pick
         ``limit`` candidates at random (and shuffle) instead of the first.
     :param anchors: see :func:`iter_allocation_requests`.
+    :param kept: results kept from this snapshot for the next requests
+        (the provider mirror's), read and added to.
     """
+    kept_ids: set[int] = set()
     stream: Iterator[AllocationRequest] = iter_allocation_requests(
-        request, snapshot, strategy=strategy, anchors=anchors)
+        request, snapshot, strategy=strategy, anchors=anchors, kept=kept, kept_ids=kept_ids)
     if max_candidates >= 0:
         stream = itertools.islice(stream, max(max_candidates, 1))
     # zip pulls from the stream first: the counter only advances for
@@ -216,16 +212,17 @@ def find_allocation_candidates(
         chosen = list(itertools.islice(stream, limit) if limit
                       else stream)
     trees = None
-    if request.nested_aware and snapshot.per_provider is not None:
-        trees = summarize_trees(chosen, snapshot)
+    if request.nested_aware and kept is not None:
+        trees = summarize_trees(chosen, snapshot, kept)
         summaries = list(itertools.chain.from_iterable(tree.summaries for tree in trees))
     else:
-        summaries = summarize(chosen, snapshot, request.nested_aware)
+        summaries = summarize(chosen, snapshot, request.nested_aware, kept)
     return AllocationCandidates(
         allocation_requests=chosen,
         provider_summaries=summaries,
         generated=next(counter),
-        summary_trees=trees)
+        summary_trees=trees,
+        kept_ids=kept_ids)
 
 
 def iter_allocation_requests(
@@ -233,7 +230,9 @@ def iter_allocation_requests(
         snapshot: ProviderSnapshot,
         *,
         strategy: str = DEPTH_FIRST,
-        anchors: Iterable[int] | None = None) -> Iterator[AllocationRequest]:
+        anchors: Iterable[int] | None = None,
+        kept: KeptResults | None = None,
+        kept_ids: set[int] | None = None) -> Iterator[AllocationRequest]:
     """Lazily yield distinct candidates in the strategy's order.
 
     :param anchors: the roots to try, in order, instead of every root of
@@ -241,19 +240,23 @@ def iter_allocation_requests(
         so a caller may add each tree (and the trees of the sharing
         providers that lend to it) to the snapshot just before yielding
         its root; ``in_tree`` trees must be there from the start.
+    :param kept: results kept from this snapshot: each tree's candidates
+        are taken from it, or kept in it (see :meth:`Plan.remembered`).
+    :param kept_ids: the ids of the candidates given from ``kept``, or
+        kept there once given, are added to it.
     """
     if strategy not in STRATEGIES:
         raise ValueError("Strategy '%s' not recognized" % strategy)
     plan = Plan.build(request, snapshot)
     if plan is None:
         return iter(())
-    memo = snapshot.tree_memo
-    if memo is None:
+    if kept is None:
         per_anchor = (plan.candidates_at(root)
                       for root in plan.anchor_roots(anchors))
     else:
         key = repr(dataclasses.replace(request, limit=None))
-        per_anchor = plan.remembered(memo, key, plan.anchor_roots(anchors))
+        per_anchor = plan.remembered(kept.trees, key, plan.anchor_roots(anchors),
+                                     set() if kept_ids is None else kept_ids)
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -263,8 +266,10 @@ def iter_allocation_requests(
 
 def summarize(allocation_requests: Sequence[AllocationRequest],
               snapshot: ProviderSnapshot,
-              nested_aware: bool = True) -> list[ProviderSummary]:
-    """Providers whose summaries accompany these candidates.
+              nested_aware: bool = True,
+              kept: KeptResults | None = None) -> list[ProviderSummary]:
+    """Providers whose summaries accompany these candidates (each kept in
+    ``kept``, by provider id, when given).
 
     From 1.29 every provider of every tree holding an allocated resource
     (resourceless mappings alone do not pull a tree in); before, only the
@@ -276,34 +281,29 @@ def summarize(allocation_requests: Sequence[AllocationRequest],
     else:
         used = {pid for areq in allocation_requests for pid in areq.provider_ids}
         pids = [prov.id for prov in snapshot if prov.id in used]
-    kept = snapshot.per_provider
     if kept is None:
         return [_summary(snapshot.get(pid), snapshot) for pid in pids]
+    by_provider = kept.summaries
     result = []
     for pid in pids:
-        summary = kept.get(pid)
+        summary = by_provider.get(pid)
         if summary is None:
-            summary = kept[pid] = _summary(snapshot.get(pid), snapshot)
-            summary.shaped = False
+            summary = by_provider[pid] = _summary(snapshot.get(pid), snapshot)
         result.append(summary)
     return result
 
 
 def summarize_trees(allocation_requests: Sequence[AllocationRequest],
-                    snapshot: ProviderSnapshot) -> list[TreeSummaries]:
+                    snapshot: ProviderSnapshot, kept: KeptResults) -> list[TreeSummaries]:
     """:func:`summarize` from 1.29, tree by tree, each tree's summaries kept
-    with a snapshot that keeps them (``per_provider``, by root id and
-    tree)."""
-    kept = snapshot.per_provider
-    assert kept is not None
+    in ``kept`` (by root id)."""
+    by_tree = kept.summaries
     result = []
     for root in _used_roots(allocation_requests, snapshot):
-        tree = kept.get((root,))
+        tree = by_tree.get((root,))
         if tree is None:
-            tree = kept[(root,)] = TreeSummaries(tuple(
+            tree = by_tree[(root,)] = TreeSummaries(tuple(
                 _summary(snapshot.get(pid), snapshot) for pid in snapshot.tree(root)))
-            for summary in tree.summaries:
-                summary.shaped = False
         result.append(tree)
     return result
 
@@ -659,12 +659,12 @@ class Plan:
         found = search.only()
         return (found,) if found is not None else ()
 
-    def remembered(self, memo: TreeMemo, key: str,
-                   roots: Iterable[int]) -> Iterator[Iterable[AllocationRequest]]:
+    def remembered(self, memo: TreeMemo, key: str, roots: Iterable[int],
+                   kept_ids: set[int]) -> Iterator[Iterable[AllocationRequest]]:
         """:meth:`candidates_at` for each of ``roots`` in turn, each kept in
         ``memo`` under ``key`` (the request but its limit) for the next
         requests while neither the tree nor a sharing provider lending to
-        it changes (the snapshot's memo forgets it then).  The trees the
+        it changes (:meth:`KeptResults.after` forgets it then).  The trees the
         memo knows give nothing are passed over: a query that few trees
         meet (``member_of``, rare traits) costs a dictionary lookup per
         other tree.
@@ -673,7 +673,8 @@ class Plan:
         :data:`MEMO_PER_TREE` candidates, and candidates searched while a
         candidate made of sharing providers only was met (given under the
         first anchor that reaches it, so what this anchor gives depends on
-        the others)."""
+        the others).  The ids of the candidates given from the memo, or
+        kept in it, are added to ``kept_ids``."""
         remembering = self._remembering
         sharing = self.snapshot.roots_with_sharing() if self.lending else ()
         for root in roots:
@@ -685,11 +686,13 @@ class Plan:
                 kept = per_key.get(key)
                 if kept is not None:
                     if kept[0]:
+                        kept_ids.update(map(id, kept[0]))
                         yield kept[0]
                     continue
-            yield remembering(memo, key, root)
+            yield remembering(memo, key, root, kept_ids)
 
-    def _remembering(self, memo: TreeMemo, key: str, root: int) -> Iterator[AllocationRequest]:
+    def _remembering(self, memo: TreeMemo, key: str, root: int,
+                     kept_ids: set[int]) -> Iterator[AllocationRequest]:
         kept: list[AllocationRequest] | None = []
         shared_only = self.shared_only
         for areq in self.candidates_at(root):
@@ -700,8 +703,7 @@ class Plan:
             yield areq
         # All of them were asked for (a limit may stop before).
         if kept is not None and self.shared_only == shared_only:
-            for areq in kept:
-                areq.shaped = False
+            kept_ids.update(map(id, kept))
             memo.put(root, key, tuple(kept), MEMO_CANDIDATE_UNITS * len(kept) + 1)
 
     def _lone(self, root: int) -> tuple[AllocationRequest, ...]:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from allotment.domain import allocation_candidates as ac
 from allotment.domain import request_groups as rg
 from allotment.domain.provider_tree import (
-    SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot, TreeMemo)
+    SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot)
 
 
 # ---------------------------------------------------------------------------
@@ -1666,10 +1666,10 @@ class TestSnapshotAdd:
 # Candidates kept across requests (the provider mirror's snapshot)
 # ---------------------------------------------------------------------------
 
-def _kept(snapshot: ProviderSnapshot) -> ProviderSnapshot:
-    snapshot.tree_memo = TreeMemo(1000)
-    snapshot.per_provider = {}
-    return snapshot
+def _changed(snapshot: ProviderSnapshot, kept: KeptResults, provider: Provider):
+    """The snapshot with ``provider`` in place of its older self, and the results still kept."""
+    changed, change = snapshot.successor([provider], {provider.id})
+    return changed, kept.after(change)
 
 
 def test_kept_candidates_follow_the_sharing_provider_that_lends_to_them():
@@ -1678,15 +1678,18 @@ def test_kept_candidates_follow_the_sharing_provider_that_lends_to_them():
         cloud.add(host, aggs=(AGG_A,), inv={"VCPU": 8})
     cloud.add("nfs", aggs=(AGG_A,), traits=(SHARING_TRAIT,), inv={"DISK_GB": 100})
     cloud.add("h3", inv={"VCPU": 8})  # lent nothing
-    before = _kept(cloud.snapshot())
+    before, kept = cloud.snapshot(), KeptResults(1000)
     query = "resources=VCPU:1,DISK_GB:50"
-    assert len(solve(before, query).allocation_requests) == 2
-    assert len(solve(before, query).allocation_requests) == 2  # kept, given again
+    first = solve(before, query, kept=kept)
+    assert len(first.allocation_requests) == 2
+    assert first.kept_ids == {id(areq) for areq in first.allocation_requests}
+    again = solve(before, query, kept=kept)
+    assert list(map(id, again.allocation_requests)) == list(map(id, first.allocation_requests))  # given again
     cloud.use("nfs", "DISK_GB", 60)
     nfs = next(prov for prov in cloud.snapshot() if prov.name == "nfs")
-    after = before.changed([nfs], {nfs.id})
-    assert solve(after, query).allocation_requests == []
-    assert len(solve(before, query).allocation_requests) == 2  # the older snapshot keeps its own
+    after, kept_after = _changed(before, kept, nfs)
+    assert solve(after, query, kept=kept_after).allocation_requests == []
+    assert len(solve(before, query, kept=kept).allocation_requests) == 2  # the older results stay
 
 
 def test_kept_candidates_pass_over_trees_that_give_nothing_until_they_change():
@@ -1694,11 +1697,17 @@ def test_kept_candidates_pass_over_trees_that_give_nothing_until_they_change():
     for host in ("h1", "h2", "h3"):
         cloud.add(host, inv={"VCPU": 8})
     cloud.traits("h2", "CUSTOM_GOLD")
-    snapshot = _kept(cloud.snapshot())
+    snapshot, kept = cloud.snapshot(), KeptResults(1000)
     query = "resources=VCPU:1&required=CUSTOM_GOLD"
-    assert [a for a, _ in named(snapshot, solve(snapshot, query))] == [{"h2": {"VCPU": 1}}]
-    assert [a for a, _ in named(snapshot, solve(snapshot, query))] == [{"h2": {"VCPU": 1}}]
+    first = solve(snapshot, query, kept=kept)
+    assert [a for a, _ in named(snapshot, first)] == [{"h2": {"VCPU": 1}}]
+    again = solve(snapshot, query, kept=kept)
+    assert [a for a, _ in named(snapshot, again)] == [{"h2": {"VCPU": 1}}]
+    assert again.allocation_requests[0] is first.allocation_requests[0]  # the kept candidate, given again
+    assert again.kept_ids == {id(first.allocation_requests[0])}
     cloud.traits("h3", "CUSTOM_GOLD")
     h3 = next(prov for prov in cloud.snapshot() if prov.name == "h3")
-    after = snapshot.changed([h3], {h3.id})
-    assert [a for a, _ in named(after, solve(after, query))] == [{"h2": {"VCPU": 1}}, {"h3": {"VCPU": 1}}]
+    after, kept_after = _changed(snapshot, kept, h3)
+    result = solve(after, query, kept=kept_after)
+    assert [a for a, _ in named(after, result)] == [{"h2": {"VCPU": 1}}, {"h3": {"VCPU": 1}}]
+    assert result.allocation_requests[0] is first.allocation_requests[0]  # h2's tree did not change
