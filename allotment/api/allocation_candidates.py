@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 import orjson
 import webob
@@ -249,7 +249,7 @@ def _shaped(req: Request, request: AllocationCandidatesRequest, found: solver.Al
     else:
         summaries = _provider_summaries(req, request, found.provider_summaries)
     return {
-        "allocation_requests": _allocation_requests(req, found.allocation_requests, found.kept_ids),
+        "allocation_requests": _allocation_requests(req, found),
         "provider_summaries": summaries,
     }
 
@@ -291,28 +291,34 @@ def _log_capped(req: Request) -> None:
                 req.request_id, SAFETY_CAP)
 
 
-def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest],
-                         kept_ids: Collection[int]) -> list:
+def _allocation_requests(req: Request, found: solver.AllocationCandidates) -> list:
     """Each candidate in the form of the request's microversion, encoded.
 
-    A candidate the solver keeps across requests (its id in ``kept_ids``)
-    has its encoded form kept in ``state.encoded_candidates`` for the last
-    form asked: (the candidate, weakly, the form, the JSON), given again
-    while the candidate lives and is asked for in that form."""
+    A candidate the solver keeps across requests (one of
+    ``found.kept_runs``) has its encoded form kept in
+    ``state.encoded_candidates`` for the last form asked: (the candidate,
+    weakly, the form, the JSON), given again while the candidate lives and
+    is asked for in that form."""
     form = 0 if req.version < (1, 12) else 1 if req.version < (1, 34) else 2
+    candidates = found.allocation_requests
+    if not found.kept_runs:  # all made for this request only
+        return [_allocation_request(form, candidate) for candidate in candidates]
     encoded = req.app.state.encoded_candidates
+    known_of = encoded.get
+    kept: set[int] | None = None
     result: list = []
     for candidate in candidates:
-        key = id(candidate)
-        if key not in kept_ids:  # made for this request only
-            result.append(_allocation_request(form, candidate))
-            continue
-        known = encoded.get(key)
+        known = known_of(id(candidate))
         if known is None or known[1] != form or known[0]() is not candidate:
+            if kept is None:
+                kept = found.kept_ids()
+            if id(candidate) not in kept:  # made for this request only
+                result.append(_allocation_request(form, candidate))
+                continue
             if len(encoded) >= MAX_ENCODED:
                 encoded.clear()
             # An exact-size copy (orjson's own bytes keep the room its writer grew to).
-            known = encoded[key] = (weakref.ref(candidate), form, orjson.Fragment(memoryview(
+            known = encoded[id(candidate)] = (weakref.ref(candidate), form, orjson.Fragment(memoryview(
                 orjson.dumps(_allocation_request(form, candidate))).tobytes()))
         result.append(known[2])
     return result
@@ -362,14 +368,14 @@ def _tree_summaries(req: Request, request: AllocationCandidatesRequest,
     form = (req.version >= (1, 17), req.version >= (1, 29),
             None if req.version >= (1, 27) else frozenset(request.resource_class_names()))
     encoded = req.app.state.encoded_trees
+    known_of = encoded.get
     result: dict[str, orjson.Fragment] = {}
     for tree in trees:
-        key = id(tree)
-        known = encoded.get(key)
+        known = known_of(id(tree))
         if known is None or known[1] != form or known[0]() is not tree:
             if len(encoded) >= MAX_ENCODED:
                 encoded.clear()
-            known = encoded[key] = (weakref.ref(tree), form, _provider_summaries(req, request, tree.summaries))
+            known = encoded[id(tree)] = (weakref.ref(tree), form, _provider_summaries(req, request, tree.summaries))
         result.update(known[2])
     return result
 

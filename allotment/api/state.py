@@ -39,9 +39,11 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from allotment.api.answer_cache import AnswerCache
 from allotment.db import changes
 from allotment.db.engine import Database
 from allotment.db.provider_cache import ProviderCaches
+from allotment.db.provider_mirror import ProviderMirror
 
 #: Names kept at most for one change number.
 MAX_NAMES_AT = 1024
@@ -61,19 +63,15 @@ class ProcessState:
         # or failed over -- empties what is kept by provider generation.
         database.on_connection_lost.append(self.providers.forget)
         #: Answers of GET /allocation_candidates kept while nothing changed.
-        self.answers = None
+        self.answers: AnswerCache | None = None
         if conf.allotment.candidates_cache_mb > 0 and database.backend in changes.BACKENDS:
-            from allotment.api.answer_cache import AnswerCache
-
             self.answers = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
         #: (change number, {names asked: Names}): the ids of the names of
         #: recent candidate requests, read at that number.
         self.names_at: tuple = (None, {})
         #: Every provider, kept current (GET /allocation_candidates).
-        self.mirror = None
+        self.mirror: ProviderMirror | None = None
         if conf.allotment.provider_mirror and database.backend in changes.NOTING_BACKENDS:
-            from allotment.db.provider_mirror import ProviderMirror
-
             self.mirror = ProviderMirror(self.providers)
         #: Encoded summaries: (provider id, traits shown, tree shown, classes
         #: shown) -> (the Provider, its parent and root uuids, the JSON).

@@ -62,7 +62,7 @@ import collections
 import dataclasses
 import itertools
 import random
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain import capacity as cap
 from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot, TreeMemo
@@ -162,9 +162,15 @@ class AllocationCandidates:
     #: The same summaries tree by tree, when results are kept (from 1.29,
     #: where whole trees are listed); None otherwise.
     summary_trees: list[TreeSummaries] | None = None
-    #: The ids of those of ``allocation_requests`` that the kept results
-    #: hold (the same objects are given again while they do).
-    kept_ids: Collection[int] = frozenset()
+    #: The runs of candidates (one tree's for one query) that the kept
+    #: results hold, met while generating: the same objects are given again
+    #: while they hold them.
+    kept_runs: list[tuple[AllocationRequest, ...]] = dataclasses.field(default_factory=list)
+
+    def kept_ids(self) -> set[int]:
+        """The ids of the candidates (generated, not only chosen) that the
+        kept results hold."""
+        return {id(areq) for run in self.kept_runs for areq in run}
 
 
 # ---------------------------------------------------------------------------
@@ -193,9 +199,9 @@ def find_allocation_candidates(
     :param kept: results kept from this snapshot for the next requests
         (the provider mirror's), read and added to.
     """
-    kept_ids: set[int] = set()
+    kept_runs: list[tuple[AllocationRequest, ...]] = []
     stream: Iterator[AllocationRequest] = iter_allocation_requests(
-        request, snapshot, strategy=strategy, anchors=anchors, kept=kept, kept_ids=kept_ids)
+        request, snapshot, strategy=strategy, anchors=anchors, kept=kept, kept_runs=kept_runs)
     if max_candidates >= 0:
         stream = itertools.islice(stream, max(max_candidates, 1))
     # zip pulls from the stream first: the counter only advances for
@@ -222,7 +228,7 @@ def find_allocation_candidates(
         provider_summaries=summaries,
         generated=next(counter),
         summary_trees=trees,
-        kept_ids=kept_ids)
+        kept_runs=kept_runs)
 
 
 def iter_allocation_requests(
@@ -232,7 +238,7 @@ def iter_allocation_requests(
         strategy: str = DEPTH_FIRST,
         anchors: Iterable[int] | None = None,
         kept: KeptResults | None = None,
-        kept_ids: set[int] | None = None) -> Iterator[AllocationRequest]:
+        kept_runs: list | None = None) -> Iterator[AllocationRequest]:
     """Lazily yield distinct candidates in the strategy's order.
 
     :param anchors: the roots to try, in order, instead of every root of
@@ -242,8 +248,8 @@ def iter_allocation_requests(
         its root; ``in_tree`` trees must be there from the start.
     :param kept: results kept from this snapshot: each tree's candidates
         are taken from it, or kept in it (see :meth:`Plan.remembered`).
-    :param kept_ids: the ids of the candidates given from ``kept``, or
-        kept there once given, are added to it.
+    :param kept_runs: the runs of candidates given from ``kept``, or kept
+        there once given, are appended to it.
     """
     if strategy not in STRATEGIES:
         raise ValueError("Strategy '%s' not recognized" % strategy)
@@ -256,7 +262,7 @@ def iter_allocation_requests(
     else:
         key = repr(dataclasses.replace(request, limit=None))
         per_anchor = plan.remembered(kept.trees, key, plan.anchor_roots(anchors),
-                                     set() if kept_ids is None else kept_ids)
+                                     [] if kept_runs is None else kept_runs)
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -660,7 +666,7 @@ class Plan:
         return (found,) if found is not None else ()
 
     def remembered(self, memo: TreeMemo, key: str, roots: Iterable[int],
-                   kept_ids: set[int]) -> Iterator[Iterable[AllocationRequest]]:
+                   kept_runs: list) -> Iterator[Iterable[AllocationRequest]]:
         """:meth:`candidates_at` for each of ``roots`` in turn, each kept in
         ``memo`` under ``key`` (the request but its limit) for the next
         requests while neither the tree nor a sharing provider lending to
@@ -674,7 +680,7 @@ class Plan:
         candidate made of sharing providers only was met (given under the
         first anchor that reaches it, so what this anchor gives depends on
         the others).  The ids of the candidates given from the memo, or
-        kept in it, are added to ``kept_ids``."""
+        kept in it, are appended to ``kept_runs`` (as the memo keeps them)."""
         remembering = self._remembering
         sharing = self.snapshot.roots_with_sharing() if self.lending else ()
         for root in roots:
@@ -686,13 +692,13 @@ class Plan:
                 kept = per_key.get(key)
                 if kept is not None:
                     if kept[0]:
-                        kept_ids.update(map(id, kept[0]))
+                        kept_runs.append(kept[0])
                         yield kept[0]
                     continue
-            yield remembering(memo, key, root, kept_ids)
+            yield remembering(memo, key, root, kept_runs)
 
     def _remembering(self, memo: TreeMemo, key: str, root: int,
-                     kept_ids: set[int]) -> Iterator[AllocationRequest]:
+                     kept_runs: list) -> Iterator[AllocationRequest]:
         kept: list[AllocationRequest] | None = []
         shared_only = self.shared_only
         for areq in self.candidates_at(root):
@@ -703,8 +709,9 @@ class Plan:
             yield areq
         # All of them were asked for (a limit may stop before).
         if kept is not None and self.shared_only == shared_only:
-            kept_ids.update(map(id, kept))
-            memo.put(root, key, tuple(kept), MEMO_CANDIDATE_UNITS * len(kept) + 1)
+            run = tuple(kept)
+            kept_runs.append(run)
+            memo.put(root, key, run, MEMO_CANDIDATE_UNITS * len(kept) + 1)
 
     def _lone(self, root: int) -> tuple[AllocationRequest, ...]:
         """The candidates of a tree of one provider that borrows nothing
