@@ -30,20 +30,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import weakref
 from collections.abc import Sequence
 
 import orjson
 import webob
 
 from allotment.api import answer_cache
+from allotment.api.collector import gc_paused
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, encoded_json_response, json_response
+from allotment.api.state import MAX_ENCODED, MAX_NAMES_AT
 from allotment.db import allocation_candidates as db
 from allotment.db import changes
 from allotment.domain import allocation_candidates as solver
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
-from allotment.domain.provider_tree import ProviderSnapshot
+from allotment.domain.provider_tree import KeptResults, ProviderSnapshot
 from allotment.domain.request_groups import (
     NESTED_AWARE_VERSION,
     AllocationCandidatesRequest,
@@ -76,11 +79,11 @@ def list_allocation_candidates(req: Request) -> webob.Response:
     :mod:`allotment.api.answer_cache`); the number is read first, in the
     read transaction that would compute the answer afresh.
     """
-    cache = req.app.candidates_cache
+    cache = req.app.state.answers
     conf = req.app.conf.placement
     if cache is None or conf.randomize_allocation_candidates:
         request = parse_query(req)
-        with solver.gc_paused():
+        with gc_paused():
             # The answer's objects are all freed (by reference counting) when
             # _answer returns, before the collector resumes: it then has no
             # backlog of young objects to walk.
@@ -100,7 +103,7 @@ def list_allocation_candidates(req: Request) -> webob.Response:
                 # a snapshot of its own: the number read just now is as good.)
                 number, compact_due = changes.read_number(conn)
             request = parse_query(req)
-            with solver.gc_paused():
+            with gc_paused():
                 found = _found(req, conn, request, number)
                 answer = answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
                                              len(found.allocation_requests), _capped(req, found))
@@ -155,17 +158,13 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
         if not (lenient and index is not None and _ends_before(req, conn, request, names, index, error)):
             raise _reported(error)
         return names, _solve(req, request, db.Candidates(ProviderSnapshot(), ()))
-    mirror = req.app.provider_mirror
-    snapshot = None if mirror is None else mirror.snapshot(conn, number)
-    if snapshot is not None:
-        candidates = db.mirrored_candidates(request, names, snapshot)
-    else:
-        candidates = db.load_candidates(conn, request, names, wanted=_wanted(req, request))
+    mirror = req.app.state.mirror
+    mirrored = None if mirror is None else mirror.snapshot(conn, number)
+    if mirrored is not None:
+        candidates = db.mirrored_candidates(request, names, mirrored.snapshot)
+        return names, _solve(req, request, candidates, mirrored.kept)
+    candidates = db.load_candidates(conn, request, names, req.app.state.providers, wanted=_wanted(req, request))
     return names, _solve(req, request, candidates)
-
-
-#: Names kept at most for one change number.
-MAX_NAMES_AT = 1024
 
 
 def _names(req: Request, conn, request: AllocationCandidatesRequest, number: int | None) -> db.Names:
@@ -174,10 +173,11 @@ def _names(req: Request, conn, request: AllocationCandidatesRequest, number: int
     ``number``: every table they come from is one the number follows."""
     if number is None:
         return db.resolve_names(conn, request, check=False)
-    kept_number, kept = req.app.names_at
+    state = req.app.state
+    kept_number, kept = state.names_at
     if kept_number != number or len(kept) >= MAX_NAMES_AT:
         kept = {}
-        req.app.names_at = (number, kept)
+        state.names_at = (number, kept)
     key = (tuple(request.resource_class_names()), frozenset(request.trait_names()),
            frozenset(request.aggregate_uuids()), frozenset(request.in_tree_uuids()))
     names = kept.get(key)
@@ -214,7 +214,7 @@ def _finds_nothing(req: Request, conn, request: AllocationCandidatesRequest, gro
     alone = dataclasses.replace(request, groups=(group,), group_policy=None, same_subtrees=(), limit=1,
                                 version=max(request.version, NESTED_AWARE_VERSION))
     names = db.resolve_names(conn, alone)
-    candidates = db.load_candidates(conn, alone, names, wanted=_wanted(req, alone))
+    candidates = db.load_candidates(conn, alone, names, req.app.state.providers, wanted=_wanted(req, alone))
     return not _solve(req, alone, candidates).allocation_requests
 
 
@@ -230,7 +230,7 @@ def generation_cap(conf) -> tuple[int, str]:
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        number = None if req.app.provider_mirror is None else changes.read_number(conn)[0]
+        number = None if req.app.state.mirror is None else changes.read_number(conn)[0]
         found = _found(req, conn, request, number)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(len(found.allocation_requests))
@@ -249,7 +249,7 @@ def _shaped(req: Request, request: AllocationCandidatesRequest, found: solver.Al
     else:
         summaries = _provider_summaries(req, request, found.provider_summaries)
     return {
-        "allocation_requests": _allocation_requests(req, found.allocation_requests),
+        "allocation_requests": _allocation_requests(req, found),
         "provider_summaries": summaries,
     }
 
@@ -264,8 +264,8 @@ def _wanted(req: Request, request: AllocationCandidatesRequest) -> int | None:
     return request.limit
 
 
-def _solve(req: Request, request: AllocationCandidatesRequest,
-           candidates: db.Candidates) -> solver.AllocationCandidates:
+def _solve(req: Request, request: AllocationCandidatesRequest, candidates: db.Candidates,
+           kept: KeptResults | None = None) -> solver.AllocationCandidates:
     conf = req.app.conf.placement
     cap, _ = generation_cap(req.app.conf)
     safety = conf.max_allocation_candidates < 0
@@ -274,7 +274,8 @@ def _solve(req: Request, request: AllocationCandidatesRequest,
         max_candidates=cap,
         strategy=conf.allocation_candidates_generation_strategy,
         randomize=conf.randomize_allocation_candidates,
-        anchors=candidates.anchors)
+        anchors=candidates.anchors,
+        kept=kept)
     if safety and found.generated >= SAFETY_CAP:
         _log_capped(req)
     return found
@@ -290,24 +291,36 @@ def _log_capped(req: Request) -> None:
                 req.request_id, SAFETY_CAP)
 
 
-def _allocation_requests(req: Request, candidates: Sequence[solver.AllocationRequest]) -> list:
+def _allocation_requests(req: Request, found: solver.AllocationCandidates) -> list:
     """Each candidate in the form of the request's microversion, encoded.
 
-    A candidate the solver keeps across requests (the provider mirror's
-    memo of unchanged trees) keeps its encoded form in its ``shaped``
-    slot: (form, JSON), given again for the same form."""
+    A candidate the solver keeps across requests (one of
+    ``found.kept_runs``) has its encoded form kept in
+    ``state.encoded_candidates`` for the last form asked: (the candidate,
+    weakly, the form, the JSON), given again while the candidate lives and
+    is asked for in that form."""
     form = 0 if req.version < (1, 12) else 1 if req.version < (1, 34) else 2
+    candidates = found.allocation_requests
+    if not found.kept_runs:  # all made for this request only
+        return [_allocation_request(form, candidate) for candidate in candidates]
+    encoded = req.app.state.encoded_candidates
+    known_of = encoded.get
+    kept: set[int] | None = None
     result: list = []
     for candidate in candidates:
-        shaped = candidate.shaped
-        if shaped is None:  # made for this request only
-            result.append(_allocation_request(form, candidate))
-            continue
-        if shaped is False or shaped[0] != form:
+        known = known_of(id(candidate))
+        if known is None or known[1] != form or known[0]() is not candidate:
+            if kept is None:
+                kept = found.kept_ids()
+            if id(candidate) not in kept:  # made for this request only
+                result.append(_allocation_request(form, candidate))
+                continue
+            if len(encoded) >= MAX_ENCODED:
+                encoded.clear()
             # An exact-size copy (orjson's own bytes keep the room its writer grew to).
-            shaped = candidate.shaped = (form, orjson.Fragment(memoryview(
+            known = encoded[id(candidate)] = (weakref.ref(candidate), form, orjson.Fragment(memoryview(
                 orjson.dumps(_allocation_request(form, candidate))).tobytes()))
-        result.append(shaped[1])
+        result.append(known[2])
     return result
 
 
@@ -320,41 +333,19 @@ def _allocation_request(form: int, candidate: solver.AllocationRequest) -> dict:
                                                            "mappings": candidate.mappings}
 
 
-#: Encoded summaries: (provider id, traits shown, tree shown, classes
-#: shown) -> (the Provider, its parent and root uuids, the JSON).  The
-#: database layer gives the same Provider object again while nothing it
-#: shows changed, so a summary is encoded once per provider state rather
-#: than at every request.
-_ENCODED: dict[tuple, tuple] = {}
-#: Encoded summaries kept at most (emptied when full).
-MAX_ENCODED = 200_000
-
-
 def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                         summaries: Sequence[solver.ProviderSummary]) -> dict[str, orjson.Fragment]:
     """Each provider with its inventories' capacity and usage (before 1.27
     only the requested classes), traits (1.17) and place in its tree
-    (1.29), encoded.
-
-    A summary the solver keeps with its snapshot keeps its encoded form in
-    its ``shaped`` slot: (form, JSON), given again for the same form."""
+    (1.29), encoded: encoded once per provider state and form (see
+    ``state.encoded_summaries``)."""
     with_traits = req.version >= (1, 17)
     nested = req.version >= (1, 29)
     requested = None if req.version >= (1, 27) else frozenset(request.resource_class_names())
-    form = (with_traits, nested, requested)
-    encoded = _ENCODED
+    encoded = req.app.state.encoded_summaries
     result = {}
     for summary in summaries:
-        shaped = summary.shaped
         provider = summary.provider
-        if shaped:
-            if shaped[0] == form:
-                result[provider.uuid] = shaped[1]
-                continue
-        elif shaped is False:
-            summary.shaped = (form, _encoded_summary(summary, with_traits, nested, requested))
-            result[provider.uuid] = summary.shaped[1]
-            continue
         parent, root = summary.parent_provider_uuid, summary.root_provider_uuid
         key = (provider.id, with_traits, nested, requested)
         known = encoded.get(key)
@@ -363,25 +354,29 @@ def _provider_summaries(req: Request, request: AllocationCandidatesRequest,
                 encoded.clear()
             known = encoded[key] = (provider, parent, root,
                                     _encoded_summary(summary, with_traits, nested, requested))
-        if shaped is not None:  # kept with the snapshot, another form
-            summary.shaped = (form, known[3])
         result[provider.uuid] = known[3]
     return result
 
 
 def _tree_summaries(req: Request, request: AllocationCandidatesRequest,
                     trees: Sequence[solver.TreeSummaries]) -> dict[str, orjson.Fragment]:
-    """:func:`_provider_summaries` of whole trees kept with the solver's
-    snapshot: each tree keeps its encoded summaries for the last form asked
-    in its ``shaped`` slot, given again for the same form."""
+    """:func:`_provider_summaries` of whole trees the solver keeps across
+    requests: each tree's encoded summaries are kept in
+    ``state.encoded_trees`` for the last form asked (the tree, weakly, the
+    form, {uuid: JSON}), given again while the tree lives and is asked for
+    in that form."""
     form = (req.version >= (1, 17), req.version >= (1, 29),
             None if req.version >= (1, 27) else frozenset(request.resource_class_names()))
+    encoded = req.app.state.encoded_trees
+    known_of = encoded.get
     result: dict[str, orjson.Fragment] = {}
     for tree in trees:
-        shaped = tree.shaped
-        if shaped is None or shaped[0] != form:
-            shaped = tree.shaped = (form, _provider_summaries(req, request, tree.summaries))
-        result.update(shaped[1])
+        known = known_of(id(tree))
+        if known is None or known[1] != form or known[0]() is not tree:
+            if len(encoded) >= MAX_ENCODED:
+                encoded.clear()
+            known = encoded[id(tree)] = (weakref.ref(tree), form, _provider_summaries(req, request, tree.summaries))
+        result.update(known[2])
     return result
 
 

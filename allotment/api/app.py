@@ -35,7 +35,7 @@ from allotment.api.health import PATH as HEALTH_PATH
 from allotment.api.health import HealthCheck
 from allotment.api.http import Request, is_plain_path_prefix
 from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
-from allotment.db import changes
+from allotment.api.state import ProcessState
 from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
 from allotment.domain import errors as domain
 
@@ -119,30 +119,11 @@ class Application:
 
             database = database_from_config(conf)
         self.db = database
-        # Where nothing notices a database gone back in time (MySQL/MariaDB
-        # have no change number), a lost connection -- the server restarted
-        # or failed over -- empties what is kept by provider generation.
-        from allotment.db.allocation_candidates import forget_generations
-
-        database.on_connection_lost.append(forget_generations)
         self.enforcer = policy.make_enforcer(conf)
         self._policy = policy
         self.router = Router(ROUTES, OWN_ROUTES)
-        #: Answers of GET /allocation_candidates kept while nothing changed.
-        self.candidates_cache = None
-        if conf.allotment.candidates_cache_mb > 0 and database.backend in changes.BACKENDS:
-            from allotment.api.answer_cache import AnswerCache
-
-            self.candidates_cache = AnswerCache(conf.allotment.candidates_cache_mb * 1024 * 1024)
-        #: (change number, {names asked: Names}): the ids of the names of
-        #: recent candidate requests, read at that number.
-        self.names_at: tuple = (None, {})
-        #: Every provider, kept current (GET /allocation_candidates).
-        self.provider_mirror = None
-        if conf.allotment.provider_mirror and database.backend in changes.NOTING_BACKENDS:
-            from allotment.db.provider_mirror import ProviderMirror
-
-            self.provider_mirror = ProviderMirror()
+        #: Every cache the process keeps between requests (one owner).
+        self.state = ProcessState(conf, database)
         self.metrics = None
         if conf.allotment.metrics:
             from allotment.api.metrics import Metrics

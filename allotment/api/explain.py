@@ -69,10 +69,10 @@ import time
 import webob
 
 from allotment.api import allocation_candidates as candidates_api
+from allotment.api.collector import gc_paused
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_response
 from allotment.db import allocation_candidates as db
-from allotment.domain import allocation_candidates as solver
 from allotment.domain import explain as engine
 from allotment.domain.request_groups import AllocationCandidatesRequest
 
@@ -89,10 +89,10 @@ def explain(req: Request) -> webob.Response:
     started = time.monotonic()
     request = candidates_api.parse_query(req)
     cap, cap_source = candidates_api.generation_cap(req.app.conf)
-    with solver.gc_paused():
+    with gc_paused():
         with req.app.db.read() as conn:
             names, found = candidates_api.find(req, conn, request)
-            trees = db.load_all_trees(conn, request, names)
+            trees = db.load_all_trees(conn, request, names, req.app.state.providers)
             providers_total, trees_total = db.cloud_size(conn)
             result = engine.explain(request, trees.snapshot, trees.roots, trees_total=trees_total,
                                     providers_total=providers_total, max_candidates=cap)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import functools
 import json
 import math
 import re
@@ -352,17 +353,16 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
     return dict(req.GET)
 
 
-#: (second, its HTTP date): "now" is asked for on most responses.
-_NOW: tuple[int, str] = (0, "")
+@functools.lru_cache(maxsize=1)
+def _date_of_second(second: int) -> str:
+    """The HTTP date of a second; the last one kept: "now" is asked for on
+    most responses, many within the same second."""
+    return email.utils.formatdate(second, usegmt=True)
 
 
 def http_date(moment: datetime.datetime | None) -> str:
-    global _NOW
     if moment is None:
-        second = int(time.time())
-        if _NOW[0] != second:
-            _NOW = (second, email.utils.formatdate(second, usegmt=True))
-        return _NOW[1]
+        return _date_of_second(int(time.time()))
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return email.utils.format_datetime(moment.astimezone(datetime.timezone.utc), usegmt=True)

@@ -39,7 +39,8 @@ cover a good share of them (:func:`_in_windows`).
 
 What only changes with a provider's generation -- its traits and the
 fields of its inventory records, which every writer changes together with
-a generation compare-and-swap -- is kept per process, by provider id, uuid
+a generation compare-and-swap -- is kept per process (the caller's
+:class:`~allotment.db.provider_cache.ProviderCaches`), by provider id, uuid
 and generation, and read (one statement each) only for providers whose
 generation moved: correct however many processes write.  Usage, tree
 structure and aggregates (their writers do not always bump generations)
@@ -66,6 +67,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import raw_rows, tables
+from allotment.db.provider_cache import ProviderCaches
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
 from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot
@@ -408,7 +410,7 @@ def _group_rules(group: RequestGroup, names: Names, params: dict, prefix: str) -
 def _group_conditions(shape: _GroupShape, prefix: str) -> list[sa.ColumnElement[bool]]:
     """Per-provider rules of the only group asking for a class.
 
-    Mirrors the solver's predicates (``_single_ok`` for suffixed groups,
+    Mirrors the solver's predicates (``Plan.single_ok`` for suffixed groups,
     ``_multi_base_ok`` plus the aggregate rules for the unsuffixed one),
     loosened wherever the solver looks at the anchor rather than the
     provider.
@@ -563,102 +565,6 @@ def _reach(request: AllocationCandidatesRequest, sharing: _Sharing, rows: Sequen
     return local, borrowed, lenders
 
 
-# ---------------------------------------------------------------------------
-# What only changes with a provider's generation, kept per process
-# ---------------------------------------------------------------------------
-
-class _GenerationCache:
-    """Something about a provider, by (id, uuid, generation), for this process.
-
-    Sound with any number of processes writing, for what every writer
-    changes together with the provider's generation compare-and-swap
-    (traits: :mod:`allotment.db.traits`; inventory records:
-    :mod:`allotment.db.inventories` and the reshaper): a value is kept with
-    the generation read *in the same statement*, and used only when the
-    request's own snapshot read that generation.  The uuid guards against
-    an id reused by a new provider.
-
-    Bounded: emptied when it holds ``MAX_ENTRIES`` providers.  Equal values
-    are kept once (:meth:`shared`): a cloud's hosts mostly share their
-    trait sets and inventory records, so an entry costs little more than
-    its key (measured at large scale: about 0.65 KiB per provider for the
-    traits, records and inventories caches together, against 2.3 KiB with
-    a copy per provider; the README's "Memory" lists all four).
-    """
-
-    MAX_ENTRIES = 200_000
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[str, int, object]] = {}
-        # value -> the one copy of it kept (at most one per entry)
-        self._values: dict = {}
-
-    def get(self, provider_id: int, uuid: str, generation: int):
-        entry = self._entries.get(provider_id)
-        if entry is not None and entry[1] == generation and entry[0] == uuid:
-            return entry[2]
-        return None
-
-    def put(self, provider_id: int, uuid: str, generation: int, value) -> None:
-        if len(self._entries) >= self.MAX_ENTRIES:
-            self.clear()
-        self._entries[provider_id] = (uuid, generation, value)
-
-    def kept(self, key):
-        """The value kept under ``key`` (hashable) by :meth:`keep`, or None."""
-        return self._values.get(key)
-
-    def keep(self, key, value):
-        """Keep ``value`` under ``key`` (at most ``MAX_ENTRIES`` of them)."""
-        if len(self._values) >= self.MAX_ENTRIES:
-            self._values = {}
-        self._values[key] = value
-        return value
-
-    def shared(self, value):
-        """The one copy kept of values equal to ``value`` (hashable)."""
-        known = self._values.get(value)
-        return self.keep(value, value) if known is None else known
-
-    def clear(self) -> None:
-        self._entries = {}
-        self._values = {}
-
-    def fetch(self, conn: Connection, statement: sa.Executable,
-              providers: Iterable[tuple[int, str, int]]) -> dict:
-        """The value of each (id, uuid, generation) provider: cached where
-        current, else read with ``statement`` (rows of id, uuid,
-        generation, then the item's columns, the first of them None for a
-        provider without items) and kept as a tuple of items (an item of
-        several columns is a tuple)."""
-        found = {}
-        missing = {}
-        for pid, uuid, generation in providers:
-            known = self.get(pid, uuid, generation)
-            if known is None:
-                missing[pid] = uuid
-            else:
-                found[pid] = known
-        if missing:
-            read: dict[int, list] = {}
-            seen: dict[int, tuple[str, int]] = {}
-            for row in _rows(conn, statement, {"ids": list(missing)}):
-                pid = row[0]
-                items = read.get(pid)
-                if items is None:
-                    items = read[pid] = []
-                    seen[pid] = (row[1], row[2])
-                if row[3] is not None:
-                    items.append(self.shared(row[3] if len(row) == 4 else tuple(row[3:])))
-            for pid, items in read.items():
-                found[pid] = value = self.shared(tuple(items))
-                uuid, generation = seen[pid]
-                # The caller's copy of an equal uuid: one copy per provider.
-                asked = missing[pid]
-                self.put(pid, asked if asked == uuid else uuid, generation, value)
-        return found
-
-
 def built_inventories(records: Sequence[tuple], used: Sequence[int],
                       class_names: dict[int, str]) -> dict[str, ProviderInventory]:
     """A provider's inventories with their usage, by class name, from its
@@ -687,37 +593,6 @@ _PROVIDER_RECORDS = (_with_generation(INV.c.resource_class_id, INV.c.total, INV.
                      .select_from(RP.outerjoin(INV, INV.c.resource_provider_id == RP.c.id))
                      .where(RP.c.id.in_(_many("ids")))
                      .order_by(RP.c.id, INV.c.resource_class_id))
-
-_TRAITS = _GenerationCache()
-_RECORDS = _GenerationCache()
-#: A provider's inventories with usage, as built last time, with the usage
-#: they were built from: reused while usage and class names stay the same.
-_INVENTORIES = _GenerationCache()
-#: A provider as built last time: (parent id, root id, class ids of its
-#: records, their usage, the Provider), reused while those are the same.
-_PROVIDERS = _GenerationCache()
-
-
-def forget_generations() -> None:
-    """Empty the per-generation caches: the database they were read from went
-    back in time or was replaced, so a provider's generation no longer says
-    which of its states it is (provider_mirror calls this)."""
-    for cache in (_TRAITS, _RECORDS, _INVENTORIES, _PROVIDERS):
-        cache.clear()
-
-
-_CLASS_NAMES: dict[int, str] = {}
-
-
-def _note_class_names(class_names: dict[int, str]) -> None:
-    """Forget built inventories when a class was renamed (possible before
-    1.7, and no provider generation changes with it)."""
-    global _CLASS_NAMES
-    if class_names != _CLASS_NAMES:
-        _INVENTORIES.clear()
-        _PROVIDERS.clear()
-        _CLASS_NAMES = class_names
-
 
 # ---------------------------------------------------------------------------
 # Step 5: the trees
@@ -789,7 +664,7 @@ def _member_roots(request: AllocationCandidatesRequest, snapshot: ProviderSnapsh
     return snapshot.in_root_order(roots)
 
 
-def load_candidates(conn: Connection, request: AllocationCandidatesRequest, names: Names, *,
+def load_candidates(conn: Connection, request: AllocationCandidatesRequest, names: Names, caches: ProviderCaches, *,
                     wanted: int | None = None) -> Candidates:
     """The snapshot and anchors the solver needs for ``request``.
 
@@ -802,12 +677,12 @@ def load_candidates(conn: Connection, request: AllocationCandidatesRequest, name
         return Candidates(ProviderSnapshot(), ())
     sharing = _sharing_providers(conn, request, names)
     if _windowed(request, names, wanted):
-        return _in_windows(conn, request, names, sharing, wanted)
+        return _in_windows(conn, request, names, sharing, wanted, caches)
     rows = _fitting_inventories(conn, request, names, sharing)
     anchors, lenders = _anchor_roots(request, names, sharing, rows)
     if not anchors:
         return Candidates(ProviderSnapshot(), ())
-    trees = _Trees(conn, names, sharing, rows, lenders)
+    trees = _Trees(conn, names, sharing, rows, lenders, caches)
     trees.load(names.in_tree_roots.values())
     if wanted is None:
         trees.load(anchors)
@@ -864,7 +739,7 @@ def _windowed(request: AllocationCandidatesRequest, names: Names, wanted: int | 
 
 
 def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: Names,
-                sharing: _Sharing, wanted: int) -> Candidates:
+                sharing: _Sharing, wanted: int, caches: ProviderCaches) -> Candidates:
     """Candidates whose anchors are found window by window, in root id order.
 
     Every anchor is found in the window of its root: its own trees' rows
@@ -879,7 +754,7 @@ def _in_windows(conn: Connection, request: AllocationCandidatesRequest, names: N
     lending = [row for row in extra if row[0] in sharing.roots]
     rootless = [row for row in extra if row[0] not in sharing.roots]
     _, lenders = _anchor_roots(request, names, sharing, lending)
-    trees = _Trees(conn, names, sharing, lending, lenders)
+    trees = _Trees(conn, names, sharing, lending, lenders, caches)
     trees.load(names.in_tree_roots.values())
     last = names.max_provider_id
 
@@ -933,8 +808,9 @@ class _Trees:
     """Loads whole trees into one snapshot, each tree once."""
 
     def __init__(self, conn: Connection, names: Names, sharing: _Sharing, rows: Sequence[_Fitting],
-                 lenders: dict[int, list[int]]):
+                 lenders: dict[int, list[int]], caches: ProviderCaches):
         self.conn = conn
+        self.caches = caches
         self.sharing = sharing
         self.lenders = lenders
         # The usage the candidate statement read: most of what trees need.
@@ -943,7 +819,7 @@ class _Trees:
         self._weight: dict[int, int] = {}
         self.add_rows(rows)
         self.class_names = names.class_names
-        _note_class_names(names.class_names)
+        caches.note_class_names(names.class_names)
         self.snapshot = ProviderSnapshot(sharing_lenders=lenders)
         self._loaded: set[int] = set()
         # Only the aggregates of sharing providers and of member_of.
@@ -1021,7 +897,7 @@ class _Trees:
         kept: dict[int, tuple] = {}
         rest = []
         for i, (pid, uuid, parent, root, generation) in enumerate(providers):
-            built = _PROVIDERS.get(pid, uuid, generation)
+            built = self.caches.providers.get(pid, uuid, generation)
             if built is not None and built[0] == parent and built[1] == root:
                 kept[i] = built
             else:
@@ -1029,7 +905,7 @@ class _Trees:
         # Usage of the classes no candidate row brought (one statement).
         usage = self._usage
         class_ids = {added[i][0]: built[2] for i, built in kept.items()}
-        class_ids.update((pid, tuple([record[0] for record in records])) for pid, records in _RECORDS.fetch(
+        class_ids.update((pid, tuple([record[0] for record in records])) for pid, records in self.caches.records.fetch(
             self.conn, _PROVIDER_RECORDS, [(added[i][0], added[i][1], added[i][4]) for i in rest]).items())
         lacking = [pid for pid, ids in class_ids.items() if any((pid, class_id) not in usage for class_id in ids)]
         if lacking:
@@ -1051,8 +927,8 @@ class _Trees:
         """Build the providers whose rows are at positions ``rest`` of ``added``,
         in place (their records and usage have been read)."""
         keys = [(added[i][0], added[i][1], added[i][4]) for i in rest]
-        traits = _TRAITS.fetch(self.conn, _PROVIDER_TRAITS, keys)
-        records = _RECORDS.fetch(self.conn, _PROVIDER_RECORDS, keys)  # cached by load as a rule
+        traits = self.caches.traits.fetch(self.conn, _PROVIDER_TRAITS, keys)
+        records = self.caches.records.fetch(self.conn, _PROVIDER_RECORDS, keys)  # cached by load as a rule
         usage = self._usage
         no_aggregates: frozenset = frozenset()
         for i in rest:
@@ -1063,14 +939,15 @@ class _Trees:
                 id=pid, uuid=uuid, parent_id=parent, root_id=root, generation=generation,
                 traits=traits[pid], aggregates=aggregates.get(pid, no_aggregates),
                 inventories=self._inventories(pid, uuid, generation, records[pid], used))
-            _PROVIDERS.put(pid, uuid, generation,
+            self.caches.providers.put(pid, uuid, generation,
                            (parent, root, tuple([record[0] for record in records[pid]]), used, provider))
 
     def _inventories(self, pid: int, uuid: str, generation: int, records: tuple,
                      used: tuple[int, ...]) -> dict[str, ProviderInventory]:
         """The provider's inventories with usage; the same objects as last
         time when nothing changed (they are never modified)."""
-        cached = _INVENTORIES.get(pid, uuid, generation)
+        cache = self.caches.inventories
+        cached = cache.get(pid, uuid, generation)
         if cached is not None and cached[0] == used:
             return cached[1]
         class_names = self.class_names
@@ -1078,10 +955,10 @@ class _Trees:
         # be one it asked for: such a record is left out.)
         # Providers with the same records (kept once) and usage share one
         # (never modified) mapping.
-        inventories = _INVENTORIES.kept((records, used))
+        inventories = cache.kept((records, used))
         if inventories is None:
-            inventories = _INVENTORIES.keep((records, used), built_inventories(records, used, class_names))
-        _INVENTORIES.put(pid, uuid, generation, (used, inventories))
+            inventories = cache.keep((records, used), built_inventories(records, used, class_names))
+        cache.put(pid, uuid, generation, (used, inventories))
         return inventories
 
 
@@ -1110,13 +987,14 @@ class AllTrees:
     roots: list[int]
 
 
-def load_all_trees(conn: Connection, request: AllocationCandidatesRequest, names: Names) -> AllTrees:
+def load_all_trees(conn: Connection, request: AllocationCandidatesRequest, names: Names,
+                   caches: ProviderCaches) -> AllTrees:
     """The trees an explanation of ``request`` needs (see :class:`AllTrees`)."""
     classes = sorted(names.class_ids[rc] for rc in request.resource_class_names() if rc in names.class_ids)
     sharing = _sharing_providers(conn, request, names)
     rows = _rows(conn, _EVERY_INVENTORY, {"classes": classes}) if classes else []
     local, borrowed, lenders = _reach(request, sharing, rows)
-    trees = _Trees(conn, names, sharing, rows, lenders)
+    trees = _Trees(conn, names, sharing, rows, lenders, caches)
     in_tree = list((names.in_tree_roots or {}).values())
     roots = sorted(local.keys() | borrowed.keys() | set(in_tree))
     trees.load(roots)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import functools
 import logging
 import random
 import re
@@ -248,27 +249,20 @@ class _Prepared:
         self.counter = 0
 
 
-#: statement text -> (text with $n placeholders and no ``%%`` escapes, to
-#: PREPARE; the "(%(a)s, %(b)s)" arguments of its EXECUTE)
-_CONVERTED: dict[str, tuple[str, str]] = {}
-
-
+@functools.lru_cache(maxsize=4096)
 def _convert(statement: str) -> tuple[str, str]:
-    converted = _CONVERTED.get(statement)
-    if converted is None:
-        numbers: dict[str, int] = {}
+    """(``statement`` with $n placeholders and no ``%%`` escapes, to
+    PREPARE; the "(%(a)s, %(b)s)" arguments of its EXECUTE), kept per
+    statement text: a pure function of the text."""
+    numbers: dict[str, int] = {}
 
-        def number(match: re.Match) -> str:
-            if match.group(1) is None:
-                return "%"
-            return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+    def number(match: re.Match) -> str:
+        if match.group(1) is None:
+            return "%"
+        return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
 
-        text = _PLACEHOLDER.sub(number, statement)
-        arguments = "(" + ", ".join(f"%({name})s" for name in numbers) + ")"
-        converted = (text, arguments)
-        if len(_CONVERTED) < 4096:
-            _CONVERTED[statement] = converted
-    return converted
+    text = _PLACEHOLDER.sub(number, statement)
+    return text, "(" + ", ".join(f"%({name})s" for name in numbers) + ")"
 
 
 def execute_prepared(proxied, cursor, sql: str) -> None:

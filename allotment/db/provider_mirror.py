@@ -20,8 +20,9 @@ by reading again only the providers noted since:
   statements, by id), in the same transaction (on PostgreSQL, whose reads
   run without one, in a REPEATABLE READ transaction with the notes), and
   a new snapshot made
-  from the old one with them (:meth:`ProviderSnapshot.changed`): the trees
-  not touched keep their objects and derived indexes;
+  from the old one with them (:meth:`ProviderSnapshot.successor`): the trees
+  not touched keep their objects and derived indexes, and the solver's
+  results kept from them (:class:`~allotment.domain.provider_tree.KeptResults`);
 * a change to a table of names (a class renamed, a trait deleted), a
   counter table made again, or more than half of the providers noted,
   reads everything again;
@@ -40,7 +41,7 @@ the database as without a mirror.
 Bounded: once it would hold more than :data:`MAX_PROVIDERS` providers the
 mirror is dropped and the process's requests read the database (until it
 is restarted).  It holds what the per-provider
-caches of :mod:`allotment.db.allocation_candidates` would hold for the
+caches of :mod:`allotment.db.provider_cache` would hold for the
 same cloud (they are not filled while the mirror serves): 2.0 KB per
 flat host measured, equal inventory mappings and trait lists kept once.
 """
@@ -50,14 +51,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
-from allotment.db.allocation_candidates import built_inventories, forget_generations
+from allotment.db.allocation_candidates import built_inventories
+from allotment.db.provider_cache import ProviderCaches
 from allotment.domain.allocation_candidates import MEMO_LIMIT, MEMO_UNITS_PER_TREE
-from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot
 
 RP = tables.resource_providers
 INV = tables.inventories
@@ -121,12 +124,25 @@ _AGGREGATES = _both(sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
 _CLASSES = sa.select(RC.c.id, RC.c.name)
 
 
-class ProviderMirror:
-    """One process's snapshot of every provider (see the module doc)."""
+class Mirrored(NamedTuple):
+    """The mirror at one change number: every provider, and what the solver
+    computed from them that still holds (the candidates of each tree per
+    query, each provider's and tree's summary)."""
 
-    def __init__(self) -> None:
+    snapshot: ProviderSnapshot
+    kept: KeptResults
+
+
+class ProviderMirror:
+    """One process's snapshot of every provider (see the module doc).
+
+    ``caches``: the process's per-generation caches, emptied when the
+    database is seen gone back in time or replaced."""
+
+    def __init__(self, caches: ProviderCaches) -> None:
+        self._caches = caches
         self._lock = threading.Lock()
-        #: (the change number it is current at, the snapshot, the notes
+        #: (the change number it is current at, the Mirrored, the notes
         #: read with it: the number on SQLite, changes.PgNotes on PostgreSQL)
         self._state: tuple | None = None
         # Equal values kept once: trait lists, aggregate sets.
@@ -144,9 +160,10 @@ class ProviderMirror:
         #: Times the database was seen gone back in time or replaced.
         self.rebuilds = 0
 
-    def snapshot(self, conn: Connection, number: int | None) -> ProviderSnapshot | None:
-        """Every provider as ``conn``'s transaction sees them, ``number``
-        being the change number read first in it; None when the caller
+    def snapshot(self, conn: Connection, number: int | None) -> Mirrored | None:
+        """Every provider as ``conn``'s transaction sees them, with the
+        results kept from them, ``number`` being the change number read
+        first in it; None when the caller
         must read the database itself (no trustworthy number, a mirror
         already past this transaction, too many providers)."""
         if number is None or self.too_big:
@@ -175,8 +192,7 @@ class ProviderMirror:
                         self._forget(reason)
                         self._state = None
                     return None
-            snapshot = self._changed(conn, state, changed)
-            return self._keep(number, snapshot, number)
+            return self._keep(number, self._changed(conn, state, changed), number)
 
     def _forget(self, reason: str | None) -> None:
         """The database is not the one the mirror was read from, or went back
@@ -186,27 +202,27 @@ class ProviderMirror:
             return
         LOG.warning("%s: reading every resource provider again", reason)
         self.rebuilds += 1
-        forget_generations()
+        self._caches.forget()
 
-    def _keep(self, number: int, snapshot: ProviderSnapshot | None, notes) -> ProviderSnapshot | None:
-        if snapshot is None or len(snapshot) > MAX_PROVIDERS:
+    def _keep(self, number: int, mirrored: Mirrored | None, notes) -> Mirrored | None:
+        if mirrored is None or len(mirrored.snapshot) > MAX_PROVIDERS:
             LOG.warning("more than %d resource providers: not kept in memory by this process", MAX_PROVIDERS)
             self.too_big, self._state, self._kept, self._inventories = True, None, {}, {}
             return None
-        self._state = (number, snapshot, notes)
-        return snapshot
+        self._state = (number, mirrored, notes)
+        return mirrored
 
-    def _changed(self, conn: Connection, state: tuple | None, changed: set[int] | None) -> ProviderSnapshot | None:
+    def _changed(self, conn: Connection, state: tuple | None, changed: set[int] | None) -> Mirrored | None:
         """The snapshot ``state``'s with the ``changed`` providers read again
         (everything when unknown, a table of names or more than half)."""
-        if changed is None or changes.EVERYTHING in changed or len(changed) * 2 > len(state[1]):
+        if changed is None or changes.EVERYTHING in changed or len(changed) * 2 > len(state[1].snapshot):
             return self._read_all(conn)
         try:
             return self._read_some(conn, state[1], changed)
         except ValueError:  # a tree left incomplete: cannot happen in one transaction
             return self._read_all(conn)
 
-    def _pg_snapshot(self, conn: Connection, state: tuple | None) -> ProviderSnapshot | None:
+    def _pg_snapshot(self, conn: Connection, state: tuple | None) -> Mirrored | None:
         """PostgreSQL: ``conn`` reads without a transaction (each statement
         its own snapshot), so the notes and the providers are read in one
         REPEATABLE READ transaction of their own, which makes the mirror
@@ -217,25 +233,25 @@ class ProviderMirror:
         try:
             notes, changed = changes.pg_notes(conn, None if state is None else state[2])
             if notes is None:
-                snapshot = None
+                mirrored = None
             elif state is not None and notes.number == state[0]:
-                snapshot = state[1]  # another thread has just brought it here
+                mirrored = state[1]  # another thread has just brought it here
             else:
                 # This transaction began after the mirror's: a smaller number,
                 # or one of another database, is a database gone back in time
                 # or replaced (pg_notes then gives no changes: read it all).
                 if state is not None:
                     self._forget(changes.went_back(state[0], notes.number))
-                snapshot = self._keep(notes.number, self._changed(conn, state, changed), notes)
+                mirrored = self._keep(notes.number, self._changed(conn, state, changed), notes)
             cursor.execute("COMMIT")
         except BaseException:
             cursor.execute("ROLLBACK")
             raise
         finally:
             cursor.close()
-        return snapshot
+        return mirrored
 
-    def _read_all(self, conn: Connection) -> ProviderSnapshot | None:
+    def _read_all(self, conn: Connection) -> Mirrored | None:
         self.full_reads += 1
         self._kept, self._inventories = {}, {}
         started = time.perf_counter()
@@ -248,18 +264,17 @@ class ProviderMirror:
                  time.perf_counter() - started)
         # The candidates of each tree, and the summary of each provider,
         # while the tree does not change.
-        snapshot.tree_memo = TreeMemo(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids)))
-        snapshot.per_provider = {}
-        return snapshot
+        return Mirrored(snapshot, KeptResults(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids))))
 
-    def _read_some(self, conn: Connection, old: ProviderSnapshot, ids: set[int]) -> ProviderSnapshot | None:
+    def _read_some(self, conn: Connection, old: Mirrored, ids: set[int]) -> Mirrored | None:
         self.partial_reads += 1
-        if len(self._kept) + len(self._inventories) > 4 * len(old) + 1024:
+        if len(self._kept) + len(self._inventories) > 4 * len(old.snapshot) + 1024:
             self._kept, self._inventories = {}, {}
         providers = self._providers(conn, sorted(ids))
         if providers is None:
             return None
-        return old.changed(providers, ids)
+        snapshot, change = old.snapshot.successor(providers, ids)
+        return Mirrored(snapshot, old.kept.after(change))
 
     def _providers(self, conn: Connection, ids: list[int] | None) -> list[Provider] | None:
         """The providers (every one, or those of ``ids`` that exist), built;

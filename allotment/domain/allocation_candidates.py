@@ -42,29 +42,37 @@ produced lazily, so with a ``limit`` (and no randomisation) the work stops
 after ``limit`` candidates; ``max_allocation_candidates`` caps generation in
 the order the strategy gives (``depth-first``: one anchor after another;
 ``breadth-first``: round-robin over anchors).
+
+Extending the search
+--------------------
+:class:`Plan` (built by :meth:`Plan.build`) and :class:`Search` are
+public for tools that look inside the search, such as
+:mod:`allotment.domain.explain`: a plan may be built with rules relaxed
+(``relaxed``, see :data:`SEARCH_RULES`), asked for the providers a slot
+may take (:meth:`Plan.single_ok`, :meth:`Plan.multi_domain`), and given a
+subclass of :class:`Search` as its ``search_class``.  The one method meant
+to be overridden is :meth:`Search.consistent`, called once per placement
+tried: an override may count, limit (by raising) or veto placements, and
+calls the base method for the solver's own verdict.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import gc
 import itertools
 import random
-import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain import capacity as cap
-from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
 
 #: Candidates of one tree kept for later requests at most (more are
 #: computed again).
 MEMO_PER_TREE = 16
-#: What one snapshot's memo keeps at most, in units of about 250 bytes: a
+#: What the tree memo of one snapshot's kept results keeps at most, in units of about 250 bytes: a
 #: kept candidate (with its encoded JSON, about 1 KB) counts
 #: MEMO_CANDIDATE_UNITS, each tree's entry for a request (about 60-300
 #: bytes, kept for a tree that gives nothing too) one: 20,000 candidates,
@@ -102,7 +110,7 @@ DISTINCT = "distinct"
 # Results
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, weakref_slot=True)
 class AllocationRequest:
     """One candidate, ready to be shaped into JSON.
 
@@ -116,10 +124,6 @@ class AllocationRequest:
     mappings: dict[str, list[str]]
     #: Internal ids of the providers holding allocated resources.
     provider_ids: tuple[int, ...]
-    #: None for a candidate made for one request; for one kept across
-    #: requests (see :class:`~allotment.domain.provider_tree.TreeMemo`),
-    #: False until the API layer keeps its encoded form here.
-    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,26 +137,19 @@ class ProviderSummary:
     provider: Provider
     parent_provider_uuid: str | None
     root_provider_uuid: str
-    #: None for a summary made for one request; for one kept with a
-    #: snapshot across requests (:attr:`ProviderSnapshot.per_provider`),
-    #: False until the API layer keeps its encoded form here.
-    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def uuid(self) -> str:
         return self.provider.uuid
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, weakref_slot=True)
 class TreeSummaries:
     """The summaries of every provider of one tree, in tree order, kept
-    with a snapshot across requests (:attr:`ProviderSnapshot.per_provider`)
+    with a snapshot's :class:`~allotment.domain.provider_tree.KeptResults`
     while the tree does not change."""
 
     summaries: tuple[ProviderSummary, ...]
-    #: None until the API layer keeps their encoded form here: (form,
-    #: {uuid: JSON}).
-    shaped: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(slots=True)
@@ -162,9 +159,18 @@ class AllocationCandidates:
     #: Candidates generated before ``limit`` or sampling picked the answer
     #: (equal to ``max_candidates`` when that cap cut generation short).
     generated: int = 0
-    #: The same summaries tree by tree, when the snapshot keeps them (from
-    #: 1.29, where whole trees are listed); None otherwise.
+    #: The same summaries tree by tree, when results are kept (from 1.29,
+    #: where whole trees are listed); None otherwise.
     summary_trees: list[TreeSummaries] | None = None
+    #: The runs of candidates (one tree's for one query) that the kept
+    #: results hold, met while generating: the same objects are given again
+    #: while they hold them.
+    kept_runs: list[tuple[AllocationRequest, ...]] = dataclasses.field(default_factory=list)
+
+    def kept_ids(self) -> set[int]:
+        """The ids of the candidates (generated, not only chosen) that the
+        kept results hold."""
+        return {id(areq) for run in self.kept_runs for areq in run}
 
 
 # ---------------------------------------------------------------------------
@@ -179,7 +185,8 @@ def find_allocation_candidates(
         strategy: str = DEPTH_FIRST,
         randomize: bool = False,
         rng: random.Random | None = None,
-        anchors: Iterable[int] | None = None) -> AllocationCandidates:
+        anchors: Iterable[int] | None = None,
+        kept: KeptResults | None = None) -> AllocationCandidates:
     """Answer ``GET /allocation_candidates``.
 
     :param max_candidates: ``[placement] max_allocation_candidates``; -1 for
@@ -189,9 +196,12 @@ def find_allocation_candidates(
     :param randomize: ``[placement] randomize_allocation_candidates``: pick
         ``limit`` candidates at random (and shuffle) instead of the first.
     :param anchors: see :func:`iter_allocation_requests`.
+    :param kept: results kept from this snapshot for the next requests
+        (the provider mirror's), read and added to.
     """
+    kept_runs: list[tuple[AllocationRequest, ...]] = []
     stream: Iterator[AllocationRequest] = iter_allocation_requests(
-        request, snapshot, strategy=strategy, anchors=anchors)
+        request, snapshot, strategy=strategy, anchors=anchors, kept=kept, kept_runs=kept_runs)
     if max_candidates >= 0:
         stream = itertools.islice(stream, max(max_candidates, 1))
     # zip pulls from the stream first: the counter only advances for
@@ -199,26 +209,26 @@ def find_allocation_candidates(
     counter = itertools.count()
     stream = (areq for areq, _ in zip(stream, counter))
     limit = request.limit
-    with gc_paused():
-        if randomize:
-            rng = rng or random.Random()
-            chosen = (_reservoir_sample(stream, limit, rng) if limit
-                      else list(stream))
-            rng.shuffle(chosen)
-        else:
-            chosen = list(itertools.islice(stream, limit) if limit
-                          else stream)
+    if randomize:
+        rng = rng or random.Random()
+        chosen = (_reservoir_sample(stream, limit, rng) if limit
+                  else list(stream))
+        rng.shuffle(chosen)
+    else:
+        chosen = list(itertools.islice(stream, limit) if limit
+                      else stream)
     trees = None
-    if request.nested_aware and snapshot.per_provider is not None:
-        trees = summarize_trees(chosen, snapshot)
+    if request.nested_aware and kept is not None:
+        trees = summarize_trees(chosen, snapshot, kept)
         summaries = list(itertools.chain.from_iterable(tree.summaries for tree in trees))
     else:
-        summaries = summarize(chosen, snapshot, request.nested_aware)
+        summaries = summarize(chosen, snapshot, request.nested_aware, kept)
     return AllocationCandidates(
         allocation_requests=chosen,
         provider_summaries=summaries,
         generated=next(counter),
-        summary_trees=trees)
+        summary_trees=trees,
+        kept_runs=kept_runs)
 
 
 def iter_allocation_requests(
@@ -226,7 +236,9 @@ def iter_allocation_requests(
         snapshot: ProviderSnapshot,
         *,
         strategy: str = DEPTH_FIRST,
-        anchors: Iterable[int] | None = None) -> Iterator[AllocationRequest]:
+        anchors: Iterable[int] | None = None,
+        kept: KeptResults | None = None,
+        kept_runs: list | None = None) -> Iterator[AllocationRequest]:
     """Lazily yield distinct candidates in the strategy's order.
 
     :param anchors: the roots to try, in order, instead of every root of
@@ -234,19 +246,23 @@ def iter_allocation_requests(
         so a caller may add each tree (and the trees of the sharing
         providers that lend to it) to the snapshot just before yielding
         its root; ``in_tree`` trees must be there from the start.
+    :param kept: results kept from this snapshot: each tree's candidates
+        are taken from it, or kept in it (see :meth:`Plan.remembered`).
+    :param kept_runs: the runs of candidates given from ``kept``, or kept
+        there once given, are appended to it.
     """
     if strategy not in STRATEGIES:
         raise ValueError("Strategy '%s' not recognized" % strategy)
-    plan = _Plan.build(request, snapshot)
+    plan = Plan.build(request, snapshot)
     if plan is None:
         return iter(())
-    memo = snapshot.tree_memo
-    if memo is None:
+    if kept is None:
         per_anchor = (plan.candidates_at(root)
                       for root in plan.anchor_roots(anchors))
     else:
         key = repr(dataclasses.replace(request, limit=None))
-        per_anchor = plan.remembered(memo, key, plan.anchor_roots(anchors))
+        per_anchor = plan.remembered(kept.trees, key, plan.anchor_roots(anchors),
+                                     [] if kept_runs is None else kept_runs)
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
     else:
@@ -256,8 +272,10 @@ def iter_allocation_requests(
 
 def summarize(allocation_requests: Sequence[AllocationRequest],
               snapshot: ProviderSnapshot,
-              nested_aware: bool = True) -> list[ProviderSummary]:
-    """Providers whose summaries accompany these candidates.
+              nested_aware: bool = True,
+              kept: KeptResults | None = None) -> list[ProviderSummary]:
+    """Providers whose summaries accompany these candidates (each kept in
+    ``kept``, by provider id, when given).
 
     From 1.29 every provider of every tree holding an allocated resource
     (resourceless mappings alone do not pull a tree in); before, only the
@@ -269,34 +287,29 @@ def summarize(allocation_requests: Sequence[AllocationRequest],
     else:
         used = {pid for areq in allocation_requests for pid in areq.provider_ids}
         pids = [prov.id for prov in snapshot if prov.id in used]
-    kept = snapshot.per_provider
     if kept is None:
         return [_summary(snapshot.get(pid), snapshot) for pid in pids]
+    by_provider = kept.summaries
     result = []
     for pid in pids:
-        summary = kept.get(pid)
+        summary = by_provider.get(pid)
         if summary is None:
-            summary = kept[pid] = _summary(snapshot.get(pid), snapshot)
-            summary.shaped = False
+            summary = by_provider[pid] = _summary(snapshot.get(pid), snapshot)
         result.append(summary)
     return result
 
 
 def summarize_trees(allocation_requests: Sequence[AllocationRequest],
-                    snapshot: ProviderSnapshot) -> list[TreeSummaries]:
+                    snapshot: ProviderSnapshot, kept: KeptResults) -> list[TreeSummaries]:
     """:func:`summarize` from 1.29, tree by tree, each tree's summaries kept
-    with a snapshot that keeps them (``per_provider``, by root id and
-    tree)."""
-    kept = snapshot.per_provider
-    assert kept is not None
+    in ``kept`` (by root id)."""
+    by_tree = kept.summaries
     result = []
     for root in _used_roots(allocation_requests, snapshot):
-        tree = kept.get((root,))
+        tree = by_tree.get((root,))
         if tree is None:
-            tree = kept[(root,)] = TreeSummaries(tuple(
+            tree = by_tree[(root,)] = TreeSummaries(tuple(
                 _summary(snapshot.get(pid), snapshot) for pid in snapshot.tree(root)))
-            for summary in tree.summaries:
-                summary.shaped = False
         result.append(tree)
     return result
 
@@ -318,61 +331,6 @@ def _summary(prov: Provider, snapshot: ProviderSnapshot) -> ProviderSummary:
         provider=prov,
         parent_provider_uuid=snapshot.uuid_of(prov.parent_id),
         root_provider_uuid=snapshot.uuid_of(prov.root_id))
-
-
-class _CollectorPause:
-    """Hold off the cyclic garbage collector while a request's objects
-    pile up; safe with several threads per process.
-
-    A request builds tens of thousands of small containers (snapshot,
-    candidates, summaries) and none forms a cycle, yet with the collector
-    on, each full collection walks every object of the process again
-    (measured: about a third of a 2,000-root request, 60% of 300k
-    candidates).  Reference counting still frees everything.
-
-    The collector is off while at least one holder is inside (a counter,
-    not "was it enabled", so one thread ending cannot switch it back on
-    under another, nor leave it off).  Should holders overlap without a
-    break for longer than :attr:`MAX_PAUSE` seconds, the one leaving then
-    runs a collection, so cycles made elsewhere cannot pile up forever.
-    """
-
-    MAX_PAUSE = 5.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._we_disabled = False
-        self._since = 0.0
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._holders == 0:
-                self._we_disabled = gc.isenabled()
-                gc.disable()
-                self._since = time.monotonic()
-            self._holders += 1
-        try:
-            yield
-        finally:
-            collect = False
-            with self._lock:
-                self._holders -= 1
-                if self._holders == 0:
-                    if self._we_disabled:
-                        gc.enable()
-                elif (self._we_disabled and time.monotonic() - self._since
-                      > self.MAX_PAUSE):
-                    self._since = time.monotonic()
-                    collect = True
-            if collect:
-                gc.collect()
-
-
-#: ``with gc_paused(): ...`` around work that allocates much and frees it
-#: at the end (reentrant; see :class:`_CollectorPause`).
-gc_paused = _CollectorPause()
 
 
 def _reservoir_sample(stream: Iterable, size: int,
@@ -407,7 +365,7 @@ def _round_robin(iterables: Iterable[Iterable]) -> Iterator:
 # ---------------------------------------------------------------------------
 
 @dataclasses.dataclass(slots=True)
-class _Slot:
+class Slot:
     """One decision of the search: the provider for a suffixed group, or
     for one resource class of the unsuffixed group."""
 
@@ -425,7 +383,7 @@ class _Slot:
         self.has_aggregates = bool(self.group.aggregates)
 
 
-class _Plan:
+class Plan:
     """Everything about a request that does not depend on the anchor."""
 
     def __init__(self, request: AllocationCandidatesRequest,
@@ -441,18 +399,19 @@ class _Plan:
         self.nested_aware = request.nested_aware or ONE_PROVIDER_PER_TREE in relaxed
         self.combined = COMBINED_CAPACITY not in relaxed
         self.distinct = DISTINCT not in relaxed
-        #: The search used per anchor (explain counts its steps).
-        self.search_class = _Search
-        self.slots: list[_Slot] = []
+        #: The search used per anchor: :class:`Search` or a subclass of it
+        #: (explain's counts its steps).
+        self.search_class = Search
+        self.slots: list[Slot] = []
         unsuffixed = request.group("")
         if unsuffixed is not None:
             for rc, amount in unsuffixed.resources.items():
-                self.slots.append(_Slot(
+                self.slots.append(Slot(
                     "", ((rc, amount),), unsuffixed, False,
                     ("multi", rc, amount)))
         for grp in request.groups:
             if grp.suffix:
-                self.slots.append(_Slot(
+                self.slots.append(Slot(
                     grp.suffix, tuple(grp.resources.items()), grp, True,
                     ("single", tuple(sorted(grp.resources.items())),
                      grp.traits, grp.aggregates, grp.in_tree)))
@@ -461,7 +420,7 @@ class _Plan:
             unsuffixed.resources else None
         self.last_unsuffixed = sum(1 for s in self.slots if not s.single) - 1
         # same_subtree sets as slot indexes; each is re-checked whenever one
-        # of its slots is placed (see _Search._subtree_possible).
+        # of its slots is placed (see Search._subtree_possible).
         slot_of = {s.suffix: i for i, s in enumerate(self.slots) if s.single}
         self.subtree_sets: list[tuple[int, ...]] = []
         self.subtree_checks: dict[int, list[tuple[int, ...]]] = {}
@@ -502,7 +461,7 @@ class _Plan:
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
               snapshot: ProviderSnapshot,
-              relaxed: frozenset[str] = frozenset()) -> _Plan | None:
+              relaxed: frozenset[str] = frozenset()) -> Plan | None:
         """A plan, or None when some ``in_tree`` provider is unknown (no
         candidate can then exist).  ``relaxed``: rules switched off."""
         roots = {}
@@ -543,7 +502,7 @@ class _Plan:
 
     # -- per-provider predicates ----------------------------------------------
 
-    def _single_ok(self, grp: RequestGroup, prov: Provider) -> bool:
+    def single_ok(self, grp: RequestGroup, prov: Provider) -> bool:
         """Can this provider alone serve the suffixed group?"""
         inventories = prov.inventories
         for rc, amount in grp.resources.items():
@@ -558,17 +517,17 @@ class _Plan:
             return False
         return True
 
-    def _single_ok_cached(self, slot: _Slot, pid: int) -> bool:
-        """:meth:`_single_ok` for providers seen under many anchors
+    def _single_ok_cached(self, slot: Slot, pid: int) -> bool:
+        """:meth:`single_ok` for providers seen under many anchors
         (sharing providers)."""
         cache = self._single_ok_cache.setdefault(slot.signature, {})
         found = cache.get(pid)
         if found is None:
-            found = self._single_ok(slot.group, self.snapshot.get(pid))
+            found = self.single_ok(slot.group, self.snapshot.get(pid))
             cache[pid] = found
         return found
 
-    def _multi_base_ok(self, slot: _Slot, prov: Provider) -> bool:
+    def _multi_base_ok(self, slot: Slot, prov: Provider) -> bool:
         """Capacity and forbidden traits for one unsuffixed class; the
         aggregate rules depend on the anchor and are applied by the caller."""
         (rc, amount), = slot.amounts
@@ -592,7 +551,7 @@ class _Plan:
                     domain = self._single_domain(slot, root, by_class,
                                                  sharing)
                 else:
-                    domain = self._multi_domain(slot, root, by_class,
+                    domain = self.multi_domain(slot, root, by_class,
                                                 sharing)
                 memo[slot.signature] = domain
             yield domain
@@ -623,7 +582,7 @@ class _Plan:
                 return None
         return domains
 
-    def _single_domain(self, slot: _Slot, root: int,
+    def _single_domain(self, slot: Slot, root: int,
                        by_class: dict[str, list[int]],
                        sharing: Sequence[int]) -> list[int]:
         snapshot = self.snapshot
@@ -634,14 +593,14 @@ class _Plan:
         else:
             in_tree = snapshot.tree(root)
         domain = [pid for pid in in_tree
-                  if self._single_ok(grp, snapshot.get(pid))]
+                  if self.single_ok(grp, snapshot.get(pid))]
         domain += [pid for pid in sharing
                    if self._single_ok_cached(slot, pid)]
         return domain
 
-    def _multi_domain(self, slot: _Slot, root: int,
-                      by_class: dict[str, list[int]],
-                      sharing: Sequence[int]) -> list[int]:
+    def multi_domain(self, slot: Slot, root: int,
+                     by_class: dict[str, list[int]],
+                     sharing: Sequence[int]) -> list[int]:
         """Providers for one unsuffixed class: capacity, no forbidden
         trait, and the aggregate rules (an aggregate on the root spans its
         tree; a sharing provider must be a member itself)."""
@@ -706,12 +665,12 @@ class _Plan:
         found = search.only()
         return (found,) if found is not None else ()
 
-    def remembered(self, memo: TreeMemo, key: str,
-                   roots: Iterable[int]) -> Iterator[Iterable[AllocationRequest]]:
+    def remembered(self, memo: TreeMemo, key: str, roots: Iterable[int],
+                   kept_runs: list) -> Iterator[Iterable[AllocationRequest]]:
         """:meth:`candidates_at` for each of ``roots`` in turn, each kept in
         ``memo`` under ``key`` (the request but its limit) for the next
         requests while neither the tree nor a sharing provider lending to
-        it changes (the snapshot's memo forgets it then).  The trees the
+        it changes (:meth:`KeptResults.after` forgets it then).  The trees the
         memo knows give nothing are passed over: a query that few trees
         meet (``member_of``, rare traits) costs a dictionary lookup per
         other tree.
@@ -720,7 +679,8 @@ class _Plan:
         :data:`MEMO_PER_TREE` candidates, and candidates searched while a
         candidate made of sharing providers only was met (given under the
         first anchor that reaches it, so what this anchor gives depends on
-        the others)."""
+        the others).  The ids of the candidates given from the memo, or
+        kept in it, are appended to ``kept_runs`` (as the memo keeps them)."""
         remembering = self._remembering
         sharing = self.snapshot.roots_with_sharing() if self.lending else ()
         for root in roots:
@@ -732,11 +692,13 @@ class _Plan:
                 kept = per_key.get(key)
                 if kept is not None:
                     if kept[0]:
+                        kept_runs.append(kept[0])
                         yield kept[0]
                     continue
-            yield remembering(memo, key, root)
+            yield remembering(memo, key, root, kept_runs)
 
-    def _remembering(self, memo: TreeMemo, key: str, root: int) -> Iterator[AllocationRequest]:
+    def _remembering(self, memo: TreeMemo, key: str, root: int,
+                     kept_runs: list) -> Iterator[AllocationRequest]:
         kept: list[AllocationRequest] | None = []
         shared_only = self.shared_only
         for areq in self.candidates_at(root):
@@ -747,15 +709,15 @@ class _Plan:
             yield areq
         # All of them were asked for (a limit may stop before).
         if kept is not None and self.shared_only == shared_only:
-            for areq in kept:
-                areq.shaped = False
-            memo.put(root, key, tuple(kept), MEMO_CANDIDATE_UNITS * len(kept) + 1)
+            run = tuple(kept)
+            kept_runs.append(run)
+            memo.put(root, key, run, MEMO_CANDIDATE_UNITS * len(kept) + 1)
 
     def _lone(self, root: int) -> tuple[AllocationRequest, ...]:
         """The candidates of a tree of one provider that borrows nothing
         (flat compute nodes): every slot on that provider, or none.
 
-        The checks of :meth:`_domains` and :class:`_Search` reduced to one
+        The checks of :meth:`_domains` and :class:`Search` reduced to one
         provider: each slot's own predicate, then isolation (two suffixed
         groups cannot share it), the summed amounts, and the unsuffixed
         group's required traits; ``same_subtree`` and the one-provider-
@@ -769,7 +731,7 @@ class _Plan:
         for slot in self.slots:
             grp = slot.group
             if slot.single:
-                if not self._single_ok(grp, prov):
+                if not self.single_ok(grp, prov):
                     return ()
                 continue
             if grp.in_tree and self.in_tree_roots[grp.in_tree] != root:
@@ -823,13 +785,17 @@ class _Plan:
         return False
 
 
-class _Search:
-    """Depth-first assignment of providers to slots for one anchor."""
+class Search:
+    """Depth-first assignment of providers to slots for one anchor.
+
+    The extension point of the search (see the module doc): a subclass
+    set as a plan's ``search_class`` may override :meth:`consistent`.
+    """
 
     __slots__ = ("plan", "root", "domains", "slots", "picked", "load",
                  "isolated", "limits", "offered", "reach", "last")
 
-    def __init__(self, plan: _Plan, root: int, domains: list[list[int]]):
+    def __init__(self, plan: Plan, root: int, domains: list[list[int]]):
         self.plan = plan
         self.root = root
         self.domains = domains
@@ -892,7 +858,7 @@ class _Search:
                     return None
                 load[key] = total
             picked[depth] = pid
-            if not self._consistent(depth):
+            if not self.consistent(depth):
                 return None
         if not plan.nested_aware and not self._one_provider_per_tree():
             return None
@@ -926,7 +892,7 @@ class _Search:
                 added.append((key, amount))
             if fits:
                 picked[depth] = pid
-                if self._consistent(depth):
+                if self.consistent(depth):
                     if last:
                         # The leaf inline: no generator per candidate.
                         if plan.nested_aware or \
@@ -947,8 +913,10 @@ class _Search:
                 else:
                     del load[key]
 
-    def _consistent(self, depth: int) -> bool:
-        """Checks that become decidable once slot ``depth`` is placed."""
+    def consistent(self, depth: int) -> bool:
+        """Checks that become decidable once slot ``depth`` is placed (the
+        overridable hook: called once per placement tried; ``self.picked[:depth
+        + 1]`` holds the providers placed so far)."""
         plan = self.plan
         if not plan.check_traits and not plan.subtree_checks:
             return True

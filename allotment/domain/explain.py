@@ -13,7 +13,7 @@ Every verdict here comes from the solver of
 its rules:
 
 * which trees may anchor a candidate (``in_tree``, ``root_required``):
-  the plan's :meth:`~_Plan.anchor_roots`;
+  the plan's :meth:`~allotment.domain.allocation_candidates.Plan.anchor_roots`;
 * which providers can serve each group (or each class of the unsuffixed
   group) under each anchor: the plan's domains;
 * whether a tree yields candidates: the plan's search.  The rules the
@@ -384,11 +384,11 @@ def _aggregate_problems(suffix: str, aggs: AggregateExpression, prov: Provider,
     return found
 
 
-def provider_problems(plan: solver._Plan, slot: solver._Slot, prov: Provider, anchor: int) -> list[Problem]:
+def provider_problems(plan: solver.Plan, slot: solver.Slot, prov: Provider, anchor: int) -> list[Problem]:
     """Everything that keeps ``prov`` from serving ``slot`` for a candidate
     anchored at ``anchor`` (its own root, or a tree a sharing provider
     lends to).  Empty exactly when the solver would put ``prov`` in the
-    slot's domain for that anchor (``_single_ok``, ``_multi_domain``)."""
+    slot's domain for that anchor (``single_ok``, ``multi_domain``)."""
     grp = slot.group
     suffix = grp.suffix
     found: list[Problem] = []
@@ -411,13 +411,13 @@ def provider_problems(plan: solver._Plan, slot: solver._Slot, prov: Provider, an
     return found
 
 
-def _serves(plan: solver._Plan, slot: solver._Slot, prov: Provider, anchor: int) -> bool:
+def _serves(plan: solver.Plan, slot: solver.Slot, prov: Provider, anchor: int) -> bool:
     """The solver's own verdict for one provider (what provider_problems explains)."""
     if slot.single:
-        return plan._single_ok(slot.group, prov)
+        return plan.single_ok(slot.group, prov)
     lenders = (prov.id,) if prov.root_id != anchor else ()
     by_class = plan.snapshot.tree_by_class(anchor) if not lenders else {}
-    return prov.id in plan._multi_domain(slot, anchor, by_class, lenders)
+    return prov.id in plan.multi_domain(slot, anchor, by_class, lenders)
 
 
 # ---------------------------------------------------------------------------
@@ -428,17 +428,17 @@ class _TooLarge(Exception):
     """A probe tried more placements than its budget."""
 
 
-class _CountedSearch(solver._Search):
+class _CountedSearch(solver.Search):
     """The solver's search, counting placements against the plan's budget."""
 
     __slots__ = ()
 
-    def _consistent(self, depth: int) -> bool:
+    def consistent(self, depth: int) -> bool:
         plan = self.plan
         plan.steps_left -= 1
         if plan.steps_left < 0:
             raise _TooLarge()
-        return solver._Search._consistent(self, depth)
+        return solver.Search.consistent(self, depth)
 
 
 def _slot_key(index: int) -> str:
@@ -481,7 +481,7 @@ class _Explainer:
                                  trees_left=self.trees_total))
         result.steps.append(Step(TREES, REQUESTED, "have (or borrow) a requested class", trees_left=len(self.roots),
                                  trees_eliminated=self.trees_total - len(self.roots)))
-        plan = solver._Plan.build(request, snapshot)
+        plan = solver.Plan.build(request, snapshot)
         if plan is None:
             return self._unknown_in_tree(result)
         self.plan = plan
@@ -494,7 +494,7 @@ class _Explainer:
 
     # -- the provider funnel, group by group -------------------------------------
 
-    def _filters(self, slot: solver._Slot) -> list[tuple[str, str]]:
+    def _filters(self, slot: solver.Slot) -> list[tuple[str, str]]:
         grp = slot.group
         amounts = ", ".join(f"{rc}:{amount}" for rc, amount in slot.amounts)
         filters = []
@@ -571,18 +571,18 @@ class _Explainer:
             rules.append(solver.ONE_PROVIDER_PER_TREE)
         return rules
 
-    def _probe_plans(self) -> list[solver._Plan]:
+    def _probe_plans(self) -> list[solver.Plan]:
         """Plan k enforces the first k applicable rules (never DISTINCT)."""
         plans = []
         every = frozenset(solver.SEARCH_RULES)
         for k in range(len(self.rules) + 1):
             relaxed = (every - frozenset(self.rules[:k])) | {solver.DISTINCT}
-            probe = solver._Plan.build(self.request, self.snapshot, relaxed)
+            probe = solver.Plan.build(self.request, self.snapshot, relaxed)
             probe.search_class = _CountedSearch
             plans.append(probe)
         return plans
 
-    def _yields(self, plan: solver._Plan, root: int) -> bool | None:
+    def _yields(self, plan: solver.Plan, root: int) -> bool | None:
         """Does the tree yield a candidate under this plan (None: too large to tell)?"""
         plan.steps_left = self.budget
         try:
@@ -613,8 +613,7 @@ class _Explainer:
 
     def _judge_trees(self, result: Explanation) -> None:
         plan, request, snapshot = self.plan, self.request, self.snapshot
-        with solver.gc_paused():
-            counts, total, capped, unreached = self._count()
+        counts, total, capped, unreached = self._count()
         result.available, result.capped = total, capped
         anchors = set(plan.anchor_roots(self.roots))
         probes = self._probe_plans() if self.rules or plan.lending else []
@@ -655,7 +654,7 @@ class _Explainer:
                     continue
             self._first_rule(tree, probes, domains)
 
-    def _first_rule(self, tree: TreeVerdict, probes: list[solver._Plan], domains: list[list[int]]) -> None:
+    def _first_rule(self, tree: TreeVerdict, probes: list[solver.Plan], domains: list[list[int]]) -> None:
         """The first search rule under which the tree stops yielding."""
         rules = self.rules
         failing = len(rules)  # the full plan yields nothing here

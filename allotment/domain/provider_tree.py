@@ -262,6 +262,52 @@ class TreeMemo:
         return new
 
 
+@dataclasses.dataclass(frozen=True)
+class SnapshotChange:
+    """What :meth:`ProviderSnapshot.successor` changed."""
+
+    #: Roots of the trees that gained, lost or changed a provider.
+    trees: frozenset[int]
+    #: Providers whose tree, place or record changed (what a provider's
+    #: summary is made of).
+    providers: frozenset[int]
+    #: Trees a changed sharing provider lent to.
+    lent_to: frozenset[int]
+    #: Whether which trees borrow from which may have changed.
+    sharing_moved: bool
+
+
+class KeptResults:
+    """What the solver computed from a snapshot kept across requests (the
+    provider mirror's), kept beside it, not in it: ``trees``, the
+    candidates each query found per tree (:class:`TreeMemo`), and
+    ``summaries``, provider id -> the solver's summary of that provider and
+    (root id,) -> the summaries of that tree.
+
+    :meth:`after` gives the results still true of a snapshot's successor:
+    what was computed from a changed tree, or from a tree a changed sharing
+    provider lent to, is dropped (every tree's candidates when which trees
+    borrow from which may have changed).  The older results stay as they
+    were, for the requests still using the older snapshot.
+    """
+
+    __slots__ = ("trees", "summaries")
+
+    def __init__(self, limit: int):
+        self.trees = TreeMemo(limit)
+        self.summaries: dict | ShardedMap = {}
+
+    def after(self, change: SnapshotChange) -> KeptResults:
+        new = KeptResults.__new__(KeptResults)
+        new.summaries = _sharded(self.summaries).successor(
+            itertools.chain(change.providers, ((root,) for root in change.trees)))
+        if change.sharing_moved:
+            new.trees = TreeMemo(self.trees.limit)
+        else:
+            new.trees = self.trees.without(change.trees | change.lent_to)
+        return new
+
+
 class ProviderSnapshot:
     """Providers grouped into trees, with the lookups the solver needs.
 
@@ -295,15 +341,6 @@ class ProviderSnapshot:
         self._classes: dict[int, dict[str, list[int]]] = {}
         #: root id -> its place in root_ids (built when first needed)
         self._root_index: dict[int, int] | None = None
-        #: What the solver computed from one tree, for a snapshot kept
-        #: across requests (None: nothing is kept).
-        self.tree_memo: TreeMemo | None = None
-        #: provider id -> what was derived from that provider and its tree
-        #: alone (the solver's summary of it), and (root id,) -> what was
-        #: derived from the whole tree (the summaries of its providers), for
-        #: a snapshot kept across requests (None: nothing is kept); dropped
-        #: with the tree.
-        self.per_provider: dict[int | tuple[int], object] | None = None
         self.add(providers)
 
     def add(self, providers: Iterable[Provider]) -> None:
@@ -342,8 +379,14 @@ class ProviderSnapshot:
             self._sharing_by_root = None
 
     def changed(self, providers: Iterable[Provider], gone: Iterable[int] = ()) -> ProviderSnapshot:
+        """:meth:`successor`'s new snapshot."""
+        return self.successor(providers, gone)[0]
+
+    def successor(self, providers: Iterable[Provider],
+                  gone: Iterable[int] = ()) -> tuple[ProviderSnapshot, SnapshotChange]:
         """A new snapshot: this one with ``providers`` added or put in place
-        of those with their ids, and the providers ``gone`` taken out.
+        of those with their ids, and the providers ``gone`` taken out; and
+        what changed, for results kept from this one (:class:`KeptResults`).
 
         For a snapshot of every provider kept current across requests
         (:mod:`allotment.db.provider_mirror`), which must give its roots in
@@ -389,9 +432,6 @@ class ProviderSnapshot:
             for root in touched:
                 members.update(self._trees.get(root, ()))
                 members.update(new._trees.get(root, ()))
-        if self.per_provider is not None:
-            new.per_provider = _sharded(self.per_provider).successor(
-                itertools.chain(members, ((root,) for root in touched)))
 
         def reach(prov: Provider | None) -> tuple | None:
             """What the sharing indexes know of a provider."""
@@ -399,22 +439,16 @@ class ProviderSnapshot:
                 return None
             return prov.root_id, prov.is_sharing, frozenset(prov.aggregates)
 
-        if all(reach(old) == reach(new._by_id.get(pid)) for pid, old in before.items()):
+        lent_to: set[int] = set()
+        sharing_moved = not all(reach(old) == reach(new._by_id.get(pid)) for pid, old in before.items())
+        if not sharing_moved:
             # Nothing the sharing indexes are made of changed.
-            if self.tree_memo is not None:
-                # What was kept of a tree depends on the sharing providers
-                # lending to it too.
-                dropped = set(touched)
-                for pid, old in before.items():
-                    if old is not None and old.is_sharing:
-                        dropped.update(self.sharing_anchors(pid))
-                new.tree_memo = self.tree_memo.without(dropped)
+            for pid, old in before.items():
+                if old is not None and old.is_sharing:
+                    lent_to.update(self.sharing_anchors(pid))
             new._agg_roots, new._anchor_cache = self._agg_roots, dict(self._anchor_cache)
             new._sharing_by_root, new._sharing_roots = self._sharing_by_root, self._sharing_roots
-        elif self.tree_memo is not None:
-            # Which trees borrow from which may have changed: nothing kept.
-            new.tree_memo = TreeMemo(self.tree_memo.limit)
-        return new
+        return new, SnapshotChange(frozenset(touched), frozenset(members), frozenset(lent_to), sharing_moved)
 
     def _moved(self, new: ProviderSnapshot, providers: list[Provider], before: dict[int, Provider | None],
                touched: set[int]) -> None:

@@ -244,7 +244,7 @@ def test_limit_takes_the_first_and_summarises_only_them(api, cloud):
 def database_reads(app, monkeypatch):
     """Candidates read from the database at every request, as without a
     provider mirror (PostgreSQL, MySQL): the tests of how it reads."""
-    monkeypatch.setattr(app, "provider_mirror", None)
+    monkeypatch.setattr(app.state, "mirror", None)
 
 
 def test_limit_over_many_roots_reads_trees_in_rounds_and_keeps_the_order(database_reads, api, cloud, monkeypatch):

@@ -281,7 +281,7 @@ def test_answers_are_reused_until_someone_writes(apps):
     _empty_tables(outside)
     with outside.begin() as conn:
         cloud = Cloud(conn)
-    api, cache = ApiClient(cached), cached.candidates_cache
+    api, cache = ApiClient(cached), cached.state.answers
     first = api.get("/allocation_candidates?resources=VCPU:1").json
     hits = cache.hits
     assert api.get("/allocation_candidates?resources=VCPU:1").json == first
@@ -299,7 +299,7 @@ def test_a_missing_trigger_turns_reuse_off(apps):
     _empty_tables(outside)
     with outside.begin() as conn:
         Cloud(conn)
-    api, cache = ApiClient(cached), cached.candidates_cache
+    api, cache = ApiClient(cached), cached.state.answers
     name = f"{changes.TRIGGER_PREFIX}allocations" + ("_insert" if BACKEND == "sqlite" else "")
     with outside.begin() as conn:
         conn.exec_driver_sql(f"DROP TRIGGER {name}" + (" ON allocations" if BACKEND != "sqlite" else ""))
@@ -358,7 +358,7 @@ def test_the_mirror_reads_again_only_what_changed(apps, monkeypatch):
     _empty_tables(outside)
     with outside.begin() as conn:
         cloud = Cloud(conn)
-    mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
+    mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
 
     def same() -> None:
@@ -400,7 +400,7 @@ def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
     _empty_tables(outside)
     with outside.begin() as conn:
         cloud = Cloud(conn)
-    mirror = mirrored.provider_mirror
+    mirror = mirrored.state.mirror
     with mirrored.db.read() as old:
         number, _ = changes.read_number(old)
         with outside.begin() as conn:
@@ -456,7 +456,7 @@ def test_the_mirror_reads_providers_a_window_at_a_time(apps, monkeypatch):
             _write_raw(cloud, conn, "provider", step, step + 1)
             _write_raw(cloud, conn, "trait", step, 1)
             _write_raw(cloud, conn, "allocate", step, 1)
-    mirror, api, checker = mirrored.provider_mirror, ApiClient(mirrored), ApiClient(fresh)
+    mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     record_reads = []  # the ids (or the range of ids) each read of inventory records was given
     real_rows = raw_rows.rows
 
@@ -508,12 +508,12 @@ def test_the_mirror_learns_a_class_made_after_its_names(apps):
         cloud = Cloud(conn)
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     assert _answer(api, QUERIES[0], "1.39") == _answer(checker, QUERIES[0], "1.39")
-    full = mirrored.provider_mirror.full_reads
+    full = mirrored.state.mirror.full_reads
     with outside.begin() as conn:
         _write_raw(cloud, conn, "new_class", 0, 3)
     status, body = _answer(api, QUERIES[0], "1.39")
     assert (status, body) == _answer(checker, QUERIES[0], "1.39")
-    assert mirrored.provider_mirror.full_reads == full  # a partial read
+    assert mirrored.state.mirror.full_reads == full  # a partial read
     assert any(name.startswith("CUSTOM_NEW_") for summary in body["provider_summaries"].values()
                for name in summary["resources"])
 
@@ -533,13 +533,13 @@ def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
         for pick in (3, 11):
             _write_raw(cloud, conn, "aggregate", pick, 1)
     searched = []
-    real = solver._Plan.candidates_at
+    real = solver.Plan.candidates_at
 
     def counted(plan, root):
         searched.append(root)
         return real(plan, root)
 
-    monkeypatch.setattr(solver._Plan, "candidates_at", counted)
+    monkeypatch.setattr(solver.Plan, "candidates_at", counted)
     query = QUERIES[3].format(agg=cloud.agg_uuid)
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     status, body = _answer(api, query, "1.39")

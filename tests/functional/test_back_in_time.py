@@ -102,7 +102,7 @@ def restorable(database, tmp_path):
         pytest.skip(reason)
     keeping = _client(database)
     fresh = _client(database, allotment__candidates_cache_mb=0, allotment__provider_mirror=False)
-    assert keeping.application.provider_mirror is not None
+    assert keeping.application.state.mirror is not None
     providers = []
     for index in range(3):
         uuid = new_uuid()
@@ -150,7 +150,7 @@ def test_a_restored_backup_is_noticed_at_the_next_read(restorable):
     # still full.
     _write_until(url, lambda count: count > seen, providers[2])
     assert keeping.get(QUERY).text == fresh.get(QUERY).text == expected.text
-    assert keeping.application.provider_mirror.rebuilds >= 1
+    assert keeping.application.state.mirror.rebuilds >= 1
     # And it goes on from there: a claim on the restored database is seen.
     claim = {"allocations": {providers[0]: {"resources": {"VCPU": 5}}}, "project_id": new_uuid(),
              "user_id": new_uuid(), "consumer_generation": None}

@@ -127,6 +127,6 @@ def test_allotment_serves_the_cloud_and_sees_writes_after_it(generated):
             assert (after["provider_summaries"][provider]["resources"][rc]["used"]
                     == before["provider_summaries"][provider]["resources"][rc]["used"] + amount)
         if BACKEND in changes.NOTING_BACKENDS:
-            assert app.provider_mirror.full_reads == 1 and app.provider_mirror.partial_reads == 1
+            assert app.state.mirror.full_reads == 1 and app.state.mirror.partial_reads == 1
     finally:
         db.dispose()

@@ -175,15 +175,15 @@ def test_a_lost_connection_empties_what_is_kept_by_provider_generation(faulty, p
     """Generations say which state of a provider a kept value is only within
     one history: after a restart or failover (possibly to an older copy)
     nothing read before is trusted."""
-    from allotment.db import allocation_candidates as kept
-
     _provider(faulty)
-    faulty.application.provider_mirror = None  # the database path, as on MySQL/MariaDB
-    faulty.application.candidates_cache = None
+    state = faulty.application.state
+    state.mirror = None  # the database path, as on MySQL/MariaDB
+    state.answers = None
+    kept = state.providers
     assert faulty.get("/allocation_candidates?resources=VCPU:1").status == 200
-    assert kept._PROVIDERS._entries and kept._TRAITS._entries
+    assert kept.providers._entries and kept.traits._entries
     proxy.down()
     assert faulty.get("/allocation_candidates?resources=VCPU:1").status == 503
-    assert not kept._PROVIDERS._entries and not kept._TRAITS._entries
+    assert not kept.providers._entries and not kept.traits._entries
     proxy.up()
     assert faulty.get("/allocation_candidates?resources=VCPU:1").status == 200

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-import time
 import uuid as uuidlib
 from urllib.parse import parse_qsl
 
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from allotment.domain import allocation_candidates as ac
 from allotment.domain import request_groups as rg
 from allotment.domain.provider_tree import (
-    SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot, TreeMemo)
+    SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot)
 
 
 # ---------------------------------------------------------------------------
@@ -1198,14 +1197,14 @@ class TestWideTrees:
         measure of the search's work that does not depend on the machine's
         load, unlike a stopwatch."""
         calls = [0]
-        consistent = ac._Search._consistent
+        consistent = ac.Search.consistent
 
         def counting(search, depth):
             calls[0] += 1
             return consistent(search, depth)
 
         with monkeypatch.context() as patch:
-            patch.setattr(ac._Search, "_consistent", counting)
+            patch.setattr(ac.Search, "consistent", counting)
             res = ac.find_allocation_candidates(request, snap, **kw)
         return res, calls[0]
 
@@ -1664,74 +1663,13 @@ class TestSnapshotAdd:
 
 
 # ---------------------------------------------------------------------------
-# Pausing the collector with several threads
-# ---------------------------------------------------------------------------
-
-class TestCollectorPause:
-    def test_off_while_any_holder_is_inside(self):
-        import gc
-        import threading
-
-        pause = ac._CollectorPause()
-        assert gc.isenabled()
-        first_in, second_in, first_out = (threading.Event() for _ in range(3))
-        seen = []
-
-        def first():
-            with pause():
-                first_in.set()
-                second_in.wait(5)
-            first_out.set()
-
-        def second():
-            first_in.wait(5)
-            with pause():
-                second_in.set()
-                first_out.wait(5)
-                seen.append(gc.isenabled())  # the first left: still off
-
-        threads = [threading.Thread(target=first), threading.Thread(target=second)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
-        assert seen == [False]
-        assert gc.isenabled()
-
-    def test_leaves_a_disabled_collector_disabled(self):
-        import gc
-
-        pause = ac._CollectorPause()
-        gc.disable()
-        try:
-            with pause():
-                pass
-            assert not gc.isenabled()
-        finally:
-            gc.enable()
-
-    def test_overlapping_holders_collect_after_the_limit(self, monkeypatch):
-        import gc
-
-        pause = ac._CollectorPause()
-        pause.MAX_PAUSE = 0.0
-        collected = []
-        monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
-        with pause():
-            with pause():
-                time.sleep(0.01)
-            assert collected == [1]
-        assert gc.isenabled()
-
-
-# ---------------------------------------------------------------------------
 # Candidates kept across requests (the provider mirror's snapshot)
 # ---------------------------------------------------------------------------
 
-def _kept(snapshot: ProviderSnapshot) -> ProviderSnapshot:
-    snapshot.tree_memo = TreeMemo(1000)
-    snapshot.per_provider = {}
-    return snapshot
+def _changed(snapshot: ProviderSnapshot, kept: KeptResults, provider: Provider):
+    """The snapshot with ``provider`` in place of its older self, and the results still kept."""
+    changed, change = snapshot.successor([provider], {provider.id})
+    return changed, kept.after(change)
 
 
 def test_kept_candidates_follow_the_sharing_provider_that_lends_to_them():
@@ -1740,15 +1678,18 @@ def test_kept_candidates_follow_the_sharing_provider_that_lends_to_them():
         cloud.add(host, aggs=(AGG_A,), inv={"VCPU": 8})
     cloud.add("nfs", aggs=(AGG_A,), traits=(SHARING_TRAIT,), inv={"DISK_GB": 100})
     cloud.add("h3", inv={"VCPU": 8})  # lent nothing
-    before = _kept(cloud.snapshot())
+    before, kept = cloud.snapshot(), KeptResults(1000)
     query = "resources=VCPU:1,DISK_GB:50"
-    assert len(solve(before, query).allocation_requests) == 2
-    assert len(solve(before, query).allocation_requests) == 2  # kept, given again
+    first = solve(before, query, kept=kept)
+    assert len(first.allocation_requests) == 2
+    assert first.kept_ids() == {id(areq) for areq in first.allocation_requests}
+    again = solve(before, query, kept=kept)
+    assert list(map(id, again.allocation_requests)) == list(map(id, first.allocation_requests))  # given again
     cloud.use("nfs", "DISK_GB", 60)
     nfs = next(prov for prov in cloud.snapshot() if prov.name == "nfs")
-    after = before.changed([nfs], {nfs.id})
-    assert solve(after, query).allocation_requests == []
-    assert len(solve(before, query).allocation_requests) == 2  # the older snapshot keeps its own
+    after, kept_after = _changed(before, kept, nfs)
+    assert solve(after, query, kept=kept_after).allocation_requests == []
+    assert len(solve(before, query, kept=kept).allocation_requests) == 2  # the older results stay
 
 
 def test_kept_candidates_pass_over_trees_that_give_nothing_until_they_change():
@@ -1756,11 +1697,17 @@ def test_kept_candidates_pass_over_trees_that_give_nothing_until_they_change():
     for host in ("h1", "h2", "h3"):
         cloud.add(host, inv={"VCPU": 8})
     cloud.traits("h2", "CUSTOM_GOLD")
-    snapshot = _kept(cloud.snapshot())
+    snapshot, kept = cloud.snapshot(), KeptResults(1000)
     query = "resources=VCPU:1&required=CUSTOM_GOLD"
-    assert [a for a, _ in named(snapshot, solve(snapshot, query))] == [{"h2": {"VCPU": 1}}]
-    assert [a for a, _ in named(snapshot, solve(snapshot, query))] == [{"h2": {"VCPU": 1}}]
+    first = solve(snapshot, query, kept=kept)
+    assert [a for a, _ in named(snapshot, first)] == [{"h2": {"VCPU": 1}}]
+    again = solve(snapshot, query, kept=kept)
+    assert [a for a, _ in named(snapshot, again)] == [{"h2": {"VCPU": 1}}]
+    assert again.allocation_requests[0] is first.allocation_requests[0]  # the kept candidate, given again
+    assert again.kept_ids() == {id(first.allocation_requests[0])}
     cloud.traits("h3", "CUSTOM_GOLD")
     h3 = next(prov for prov in cloud.snapshot() if prov.name == "h3")
-    after = snapshot.changed([h3], {h3.id})
-    assert [a for a, _ in named(after, solve(after, query))] == [{"h2": {"VCPU": 1}}, {"h3": {"VCPU": 1}}]
+    after, kept_after = _changed(snapshot, kept, h3)
+    result = solve(after, query, kept=kept_after)
+    assert [a for a, _ in named(after, result)] == [{"h2": {"VCPU": 1}}, {"h3": {"VCPU": 1}}]
+    assert result.allocation_requests[0] is first.allocation_requests[0]  # h2's tree did not change

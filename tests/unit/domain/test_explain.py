@@ -340,7 +340,7 @@ def test_verdict_when_some_trees_serve():
 @given(problems())
 def test_a_provider_has_no_problem_exactly_when_the_solver_takes_it(problem):
     snap, request = problem
-    plan = ac._Plan.build(request, snap)
+    plan = ac.Plan.build(request, snap)
     if plan is None:
         return
     for slot in plan.slots:

@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot
 
 AGGREGATES = ("a1", "a2", "a3")
 CLASSES = ("VCPU", "DISK_GB", "VGPU")
@@ -84,28 +84,28 @@ def test_a_tree_left_without_its_parent_is_refused():
         snapshot.changed([], {1})
 
 
-def test_the_tree_memo_forgets_changed_trees_and_stays_bounded():
+def test_kept_results_forget_changed_trees_and_stay_bounded():
     hosts = [Provider(id=i, uuid=f"h{i}", inventories={"VCPU": ProviderInventory(8)}) for i in (1, 2, 3)]
     snapshot = ProviderSnapshot(hosts)
-    snapshot.tree_memo = TreeMemo(limit=10)
-    snapshot.per_provider = {}
+    kept = KeptResults(limit=10)
     for host in hosts:
-        snapshot.tree_memo.put(host.id, "q", ("candidate",), 2)
-        snapshot.per_provider[host.id] = f"summary of {host.id}"
-        snapshot.per_provider[(host.id,)] = f"summaries of tree {host.id}"
-    changed = snapshot.changed([Provider(id=2, uuid="h2", generation=1)], {2})
-    assert dict(changed.per_provider.items()) == {1: "summary of 1", 3: "summary of 3",
-                                                  (1,): "summaries of tree 1", (3,): "summaries of tree 3"}
-    assert len(snapshot.per_provider) == 6
-    assert [changed.tree_memo.get(root, "q") for root in (1, 2, 3)] == [("candidate",), None, ("candidate",)]
-    assert snapshot.tree_memo.get(2, "q") == ("candidate",)  # the older snapshot keeps its own
-    assert changed.tree_memo.held == [4]
+        kept.trees.put(host.id, "q", ("candidate",), 2)
+        kept.summaries[host.id] = f"summary of {host.id}"
+        kept.summaries[(host.id,)] = f"summaries of tree {host.id}"
+    changed, change = snapshot.successor([Provider(id=2, uuid="h2", generation=1)], {2})
+    after = kept.after(change)
+    assert dict(after.summaries.items()) == {1: "summary of 1", 3: "summary of 3",
+                                             (1,): "summaries of tree 1", (3,): "summaries of tree 3"}
+    assert len(kept.summaries) == 6
+    assert [after.trees.get(root, "q") for root in (1, 2, 3)] == [("candidate",), None, ("candidate",)]
+    assert kept.trees.get(2, "q") == ("candidate",)  # the older results stay as they were
+    assert after.trees.held == [4]
     # A sharing provider joining an aggregate may lend to any tree: nothing is kept.
     shared = Provider(id=4, uuid="s", traits=(SHARING_TRAIT,), aggregates=frozenset({"a1"}))
-    assert len(changed.changed([shared], {4}).tree_memo.entries) == 0
+    assert len(after.after(changed.successor([shared], {4})[1]).trees.entries) == 0
     for root in range(100, 110):  # past the limit: emptied, then filled again
-        changed.tree_memo.put(root, "q", ("c",), 2)
-        assert changed.tree_memo.held[0] <= 10
+        after.trees.put(root, "q", ("c",), 2)
+        assert after.trees.held[0] <= 10
 
 
 def test_roots_come_in_root_order_however_few():
@@ -126,7 +126,6 @@ def test_a_change_copies_only_the_shards_it_touches():
     children = [Provider(id=r + 1, uuid=f"c{r}", parent_id=r, root_id=r,
                          inventories={"VGPU": ProviderInventory(2)}) for r in range(1, 3001, 3)]
     snapshot = ProviderSnapshot(sorted(roots + children, key=lambda p: (p.root_id, p.id)))
-    snapshot.tree_memo, snapshot.per_provider = TreeMemo(1000), {}
     for pid in (1, 2, 4):
         snapshot.ancestors(pid)
         snapshot.tree_by_class(snapshot.get(pid).root_id)
