@@ -320,19 +320,20 @@ class _BodyFirst:
         length = environ.get("CONTENT_LENGTH")
         body = b""
         if length != "0" and (length or "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()):
-            declared = int(length) if length else None  # the HTTP layer has checked it is a number
+            try:
+                declared = int(length) if length else None
+            except ValueError:  # "10,10" (the header sent twice): the application answers 400 unread
+                declared = self.body_limit + 1
             if declared is None or declared <= self.body_limit:
                 try:
                     body = await self._body(receive, declared)
                 except _BodyTimeout as timeout:
                     await _send(send, *_timed_out(environ, *timeout.args))
                     return
-                if body is None:  # the client went away
-                    return
         environ["wsgi.input"] = io.BytesIO(body)
         await _send(send, *await self.threads.run(environ))
 
-    async def _body(self, receive, declared: int | None) -> bytes | None:
+    async def _body(self, receive, declared: int | None) -> bytes:
         wanted = self.body_limit + 1 if declared is None else declared
         large = wanted > SMALL_BODY
         chunks: list[bytes] = []
@@ -346,7 +347,10 @@ class _BodyFirst:
                     while received < wanted:
                         message = await receive()
                         if message["type"] != "http.request":
-                            return None
+                            # The client went away, or sent chunks that do not parse:
+                            # as under WSGI the application gets what came (and
+                            # answers 400, or nobody if nobody is left).
+                            break
                         chunk = message.get("body", b"")
                         chunks.append(chunk)
                         received += len(chunk)
