@@ -83,7 +83,8 @@ BODY_TIMEOUT = 30
 
 #: Bodies up to this size are read whenever they come.  Larger ones share
 #: :data:`BODY_BUFFER` per worker: a client that sends most of a large body
-#: and then stalls holds its size in memory until :data:`BODY_TIMEOUT`.
+#: and then stalls holds its size in memory until :data:`BODY_TIMEOUT`.  A
+#: chunked body (no declared size) counts as ``max_request_body_size``.
 SMALL_BODY = 64 * 1024
 
 #: Bytes of large bodies (over :data:`SMALL_BODY`) a worker holds at once,
@@ -374,10 +375,10 @@ def _timed_out(environ: dict, received: int, declared: int | None, timeout: floa
     request_id = "req-" + str(uuid.uuid4())
     of = f" of {declared}" if declared is not None else ""
     LOG.warning("%s %s %s refused before reaching the application: 408, the body did not arrive "
-                "within %ss (%d%s bytes received)", request_id, environ["REQUEST_METHOD"],
+                "within %gs (%d%s bytes received)", request_id, environ["REQUEST_METHOD"],
                 _printable(environ["PATH_INFO"]), timeout, received, of)
     status_line, headers, body = errors.render(
-        errors.HTTPError(408, f"The request body did not arrive within {timeout} seconds."),
+        errors.HTTPError(408, f"The request body did not arrive within {timeout:g} seconds."),
         request_id=request_id, version=None, accept=environ.get("HTTP_ACCEPT"))
     return 408, list(headers) + [("x-openstack-request-id", request_id), ("Connection", "close")], body
 
@@ -461,16 +462,18 @@ def run(app, *, host: str, port: int, workers: int, threads: int, timeout: int,
     # (Python 3.14 would otherwise start them afresh).
     multiprocessing.set_start_method("fork", force=True)
     body_limit = app.conf.allotment.max_request_body_size
+    body_first = body_timeout > 0
 
     def load(_target):
         worker = worker_application(app, timeout)
-        if body_timeout > 0:
+        if body_first:
             return _BodyFirst(worker, threads, body_limit, body_timeout)
         return worker
 
     server = Server(
-        "allotment", address=host, port=port, interface=Interfaces.ASGINL if body_timeout > 0 else Interfaces.WSGI,
-        workers=workers, blocking_threads=1 if body_timeout > 0 else threads, http=HTTPModes.http1, websockets=False, backlog=BACKLOG,
+        "allotment", address=host, port=port, interface=Interfaces.ASGINL if body_first else Interfaces.WSGI,
+        workers=workers, blocking_threads=1 if body_first else threads,  # ASGI: _BodyFirst's threads
+        http=HTTPModes.http1, websockets=False, backlog=BACKLOG,
         http1_settings=HTTP1Settings(header_read_timeout=HEADER_TIMEOUT * 1000, keep_alive=True,
                                      max_buffer_size=MAX_HEAD_BYTES),
         log_level=LogLevels.warning, log_access=False,  # the application logs one line per request

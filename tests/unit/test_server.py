@@ -90,13 +90,15 @@ def test_the_environ_is_the_one_granians_wsgi_interface_builds():
     environ = server.wsgi_environ(_scope(
         b"/resource_providers/%ff/caf%C3%A9/a%2Fb", "POST", query=b"name=a%0ab",
         headers=[(b"host", b"placement:8778"), (b"content-type", b"application/json"), (b"content-length", b"2"),
-                 (b"x-auth-token", b"admin"), (b"x-roles", b"a"), (b"x-roles", b"b"), (b"x-odd", "caf\u00e9".encode())]))
+                 (b"x-auth-token", b"admin"), (b"x-roles", b"a"), (b"x-roles", b"b"),
+                 (b"x-odd", "caf\u00e9".encode())]))
     # PEP 3333: the decoded path's bytes read as Latin-1 (Placement reads %ff as \xff).
     assert environ["PATH_INFO"] == "/resource_providers/\xff/caf\xc3\xa9/a/b"
     assert environ["QUERY_STRING"] == "name=a%0ab"
     assert (environ["REQUEST_METHOD"], environ["SERVER_PROTOCOL"], environ["wsgi.url_scheme"]) == \
         ("POST", "HTTP/1.1", "http")
-    assert (environ["SERVER_NAME"], environ["SERVER_PORT"], environ["REMOTE_ADDR"]) == ("127.0.0.1", "8778", "10.0.0.7")
+    assert (environ["SERVER_NAME"], environ["SERVER_PORT"], environ["REMOTE_ADDR"]) == \
+        ("127.0.0.1", "8778", "10.0.0.7")
     assert (environ["CONTENT_TYPE"], environ["CONTENT_LENGTH"]) == ("application/json", "2")
     assert "HTTP_CONTENT_TYPE" not in environ and "HTTP_CONTENT_LENGTH" not in environ
     assert environ["HTTP_HOST"] == "placement:8778"
