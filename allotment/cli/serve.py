@@ -1,4 +1,4 @@
-"""``allotment serve``: the API under gunicorn, schema brought to head first."""
+"""``allotment serve``: the API under granian, schema brought to head first."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
     parser.add_argument("--timeout", type=int, default=120,
                         help="seconds before a stuck worker is restarted (default 120)")
+    parser.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds a client has to send a request body once its headers have arrived, "
+                             "else 408 (default 30); 0: no limit, the request's thread reads the body "
+                             "(slightly cheaper; only behind a proxy that buffers request bodies)")
     parser.add_argument("--allow-insecure-noauth", action="store_true",
                         help="allow [api] auth_strategy = noauth2 on a non-loopback address")
 
@@ -63,5 +67,6 @@ def run(args: argparse.Namespace) -> int:
     app.db.dispose()  # never share the migration's connections with forked workers
     workers = args.workers or max(2, os.cpu_count() or 1)
     server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,
-               timeout=args.timeout, metrics_dir=metrics_dir)
+               timeout=args.timeout, metrics_dir=metrics_dir,
+               body_timeout=server.BODY_TIMEOUT if args.body_timeout is None else max(args.body_timeout, 0))
     return 0
