@@ -18,7 +18,6 @@ and answered with a 500 that reveals nothing of it.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
@@ -28,13 +27,27 @@ from typing import Callable, Iterable
 import webob
 from oslo_config import cfg
 
-from allotment import logs
-from allotment.api import auth, errors, microversion
+from allotment import config, logs
+from allotment.api import (
+    allocations,
+    auth,
+    errors,
+    inventories,
+    microversion,
+    policy,
+    reshaper,
+    resource_providers,
+    traits,
+    ui,
+    usages,
+)
 from allotment.api.context import RequestContext
+from allotment.api.endpoint import Endpoint, RouteTable
 from allotment.api.health import PATH as HEALTH_PATH
 from allotment.api.health import HealthCheck
-from allotment.api.http import Request, is_plain_path_prefix
-from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
+from allotment.api.http import Request, is_plain_path_prefix, require_json_content
+from allotment.api.metrics import Metrics
+from allotment.api.routes import TABLE
 from allotment.db import changes
 from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
 from allotment.domain import errors as domain
@@ -54,13 +67,14 @@ def _compile(template: str) -> re.Pattern:
 
 
 class Router:
-    """Matches paths to route entries; resolves handlers on first use."""
+    """Matches paths to route entries."""
 
-    def __init__(self, *tables: dict[str, dict[str, Endpoint]]):
+    def __init__(self, table: RouteTable):
+        self.table = table
         self._static: dict[str, dict[str, Endpoint]] = {}
         self._dynamic: list[tuple[re.Pattern, dict[str, Endpoint]]] = []
         self._templates: dict[int, str] = {}
-        for routes in tables:
+        for routes in (table.placement, table.own):
             for template, methods in routes.items():
                 self._templates[id(methods)] = template
                 if "{" in template:
@@ -70,7 +84,6 @@ class Router:
         # Fixed paths every method of which is public: no token needed.
         self._public = {template for template, methods in self._static.items()
                         if all(endpoint.policy is None for endpoint in methods.values())}
-        self._handlers: dict[str, Callable] = {}
 
     def is_public(self, environ: dict) -> bool:
         """Whether the request's path needs no token (``GET /``, the API description)."""
@@ -93,31 +106,15 @@ class Router:
         found = self.match(path)
         return self._templates[id(found[0])] if found else None
 
-    def handler(self, endpoint: Endpoint) -> Callable:
-        handler = self._handlers.get(endpoint.handler)
-        if handler is None:
-            module_name, function_name = endpoint.handler.split(":")
-            module = importlib.import_module(f"allotment.api.{module_name}")
-            handler = getattr(module, function_name)
-            self._handlers[endpoint.handler] = handler
-        return handler
-
 
 class Application:
     """Configuration, database and policy for one process, and the WSGI entry."""
 
-    def __init__(self, conf: cfg.ConfigOpts, database: Database | None = None, *,
-                 auth_strategy: str | None = None):
+    def __init__(self, conf: cfg.ConfigOpts, database: Database, *, auth_strategy: str | None = None):
         """``auth_strategy`` overrides ``[api] auth_strategy`` for this
         application only (the direct interface uses ``noauth2`` without
         changing the caller's configuration)."""
-        from allotment.api import policy
-
         self.conf = conf
-        if database is None:
-            from allotment.db.engine import database_from_config
-
-            database = database_from_config(conf)
         self.db = database
         # Where nothing notices a database gone back in time (MySQL/MariaDB
         # have no change number), a lost connection -- the server restarted
@@ -126,8 +123,7 @@ class Application:
 
         database.on_connection_lost.append(forget_generations)
         self.enforcer = policy.make_enforcer(conf)
-        self._policy = policy
-        self.router = Router(ROUTES, OWN_ROUTES)
+        self.router = Router(TABLE)
         #: Answers of GET /allocation_candidates kept while nothing changed.
         self.candidates_cache = None
         if conf.allotment.candidates_cache_mb > 0 and database.backend in changes.BACKENDS:
@@ -145,8 +141,6 @@ class Application:
             self.provider_mirror = ProviderMirror()
         self.metrics = None
         if conf.allotment.metrics:
-            from allotment.api.metrics import Metrics
-
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
         #: GET /healthcheck, for load balancers (answered before authentication).
@@ -161,29 +155,25 @@ class Application:
         if self.metrics is not None and self.metrics.public:
             inner = self.metrics.public_route(inner)
         if conf.allotment.ui:
-            from allotment.api import ui
-
             inner = ui.slash_redirect(inner)
         if conf.cors.allowed_origin:
-            from oslo_middleware import cors
+            from oslo_middleware import cors  # imported only when configured: a heavy module
 
             inner = cors.CORS(inner, conf)
-        from allotment import config
-
         if config.is_embedded_default(conf) and auth_strategy is None:  # not the in-process client
             inner = auth.loopback_hosts_only(inner)
         if conf.oslo_middleware.enable_proxy_headers_parsing:
             # The proxy's Forwarded / X-Forwarded-Proto, -Host, -For and
             # -Prefix (SCRIPT_NAME) headers, trusted only when the operator
             # says a proxy sets them, as in Placement.
-            from oslo_middleware import http_proxy_to_wsgi
+            from oslo_middleware import http_proxy_to_wsgi  # only when configured, as cors
 
             inner = http_proxy_to_wsgi.HTTPProxyToWSGI(_plain_mount_point(inner), conf)
         self._inner = inner
 
     # -- policy -----------------------------------------------------------
     def authorize(self, context: RequestContext, rule: str, target: dict | None = None) -> None:
-        self._policy.authorize(self.enforcer, context, rule, target)
+        policy.authorize(self.enforcer, context, rule, target)
 
     # -- WSGI -------------------------------------------------------------
     def __call__(self, environ: dict, start_response) -> Iterable[bytes]:
@@ -349,7 +339,7 @@ class Application:
         req.endpoint = endpoint
         if endpoint.policy:
             req.authorize(endpoint.policy)
-        response: webob.Response = self.router.handler(endpoint)(req)
+        response: webob.Response = endpoint.handler(req)
         return response(environ, start_response)
 
 
@@ -477,15 +467,6 @@ def _check_accept(req: Request) -> None:
                                explanation=_not_acceptable_explanation(req.environ))
 
 
-def require_json_content(req: Request) -> None:
-    """415 unless the body is declared as JSON (handlers with optional bodies call this)."""
-    content_type = req.content_type or None
-    if content_type != "application/json":
-        raise errors.HTTPError(415, f"The media type {content_type} is not supported, use application/json",
-                               explanation=f"The request media type {content_type} "
-                                           "is not supported by this server. ")
-
-
 def _not_allowed_explanation(req: Request) -> str:
     return f"The method {req.method} is not allowed for this resource. "
 
@@ -500,19 +481,19 @@ def _not_acceptable_explanation(environ: dict) -> str:
 # carries Vary like any answer of theirs); elsewhere the lookup's NotFound
 # escapes the handler and the 404 carries the version header only.
 _NOT_FOUND_ANSWERED = frozenset({
-    "traits:list_traits_for_resource_provider", "traits:get_trait", "traits:delete_trait",
-    "usages:list_usages",
-    "resource_providers:delete_resource_provider",
-    "inventories:get_inventories", "inventories:get_inventory",
-    "allocations:list_for_resource_provider", "allocations:set_allocations_for_consumer",
-    "allocations:set_allocations", "allocations:delete_allocations",
-    "reshaper:reshape",
+    traits.list_traits_for_resource_provider, traits.get_trait, traits.delete_trait,
+    usages.list_usages,
+    resource_providers.delete_resource_provider,
+    inventories.get_inventories, inventories.get_inventory,
+    allocations.list_for_resource_provider, allocations.set_allocations_for_consumer,
+    allocations.set_allocations, allocations.delete_allocations,
+    reshaper.reshape,
 })
 
 
 def _handler_answers_not_found(environ: dict, error: domain.PlacementError) -> bool:
     handler = environ.get("allotment.handler")
-    if handler in ("inventories:update_inventory", "inventories:delete_inventory"):
+    if handler in (inventories.update_inventory, inventories.delete_inventory):
         # Only a missing inventory is answered there; a missing provider or class escapes.
         return not error.message.startswith(("No resource provider", "No such resource class"))
     return handler in _NOT_FOUND_ANSWERED
@@ -521,7 +502,7 @@ def _handler_answers_not_found(environ: dict, error: domain.PlacementError) -> b
 # Handlers of which Placement's 404 text repeats the lookup's message
 # ("No resource provider with uuid X found: No resource provider with uuid
 # X found"): clients that match the whole text see it.
-_NOT_FOUND_ECHOED = frozenset({"usages:list_usages"})
+_NOT_FOUND_ECHOED = frozenset({usages.list_usages})
 
 
 def _echoed(message: str) -> str:

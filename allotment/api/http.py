@@ -28,11 +28,10 @@ import webob
 from allotment.api import errors
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import Version
-from allotment.api.routes import Endpoint, schema_at
+from allotment.api.endpoint import Endpoint, schema_at
 from allotment.domain import fastschema
 
 if TYPE_CHECKING:  # pragma: no cover
-    from allotment.api.app import Application
     from allotment.api.context import RequestContext
 
 _FORMAT_CHECKER = jsonschema.FormatChecker()
@@ -68,7 +67,7 @@ class Request(webob.BaseRequest):
 
     version: Version
     context: "RequestContext"
-    app: "Application"
+    app: Any  # the Application (allotment.api.app, which imports this module)
     request_id: str
     endpoint: Endpoint
 
@@ -309,6 +308,15 @@ def _refuse_nul(data: Any) -> None:
     elif isinstance(data, list):
         for value in data:
             _refuse_nul(value)
+
+
+def require_json_content(req: Request) -> None:
+    """415 unless the body is declared as JSON (handlers with optional bodies call this)."""
+    content_type = req.content_type or None
+    if content_type != "application/json":
+        raise errors.HTTPError(415, f"The media type {content_type} is not supported, use application/json",
+                               explanation=f"The request media type {content_type} "
+                                           "is not supported by this server. ")
 
 
 #: "The schema the route table declares" (the default of json_body/query_params).

@@ -155,7 +155,8 @@ def test_unknown_keywords_mean_no_quick_check():
 
 def _query_schemas() -> list[tuple[str, dict]]:
     """Every route's query schema at every version that changes it."""
-    from allotment.api.routes import OWN_ROUTES, ROUTES, schema_at
+    from allotment.api.endpoint import schema_at
+    from allotment.api.routes import OWN_ROUTES, ROUTES
 
     found: dict[int, tuple[str, dict]] = {}
     for table in (ROUTES, OWN_ROUTES):
