@@ -90,17 +90,6 @@ def _inventories(data: dict) -> list[db.ProviderInventories]:
             for uuid, entry in data.items()]
 
 
-def _allocations(req: Request, data: dict) -> list[allocations_db.ConsumerAllocations]:
-    """The consumers' new allocations, read exactly as POST /allocations reads them."""
-    requests: dict[str, allocations_db.ConsumerAllocations] = {}
-    for key, entry in data.items():
-        consumer = allocations_api._consumer_uuid(key)
-        if consumer in requests:
-            raise HTTPError(400, f"Allocations for consumer '{key}' are given more than once.")
-        requests[consumer] = allocations_api._request(req, consumer, entry)
-    return list(requests.values())
-
-
 # -- handler --------------------------------------------------------------
 
 
@@ -108,8 +97,9 @@ def reshape(req: Request) -> webob.Response:
     """POST /reshaper: 204, or the error that says whether to re-read first."""
     data = json_body(req)
     inventories = _inventories(data["inventories"])
-    allocations = _allocations(req, data["allocations"])
-    owner = allocations_api._incomplete_owner(req)
+    # The consumers' new allocations, read exactly as POST /allocations reads them.
+    allocations = allocations_api.consumers_allocations(req, data["allocations"])
+    owner = allocations_api.incomplete_owner(req)
 
     def work(conn) -> None:
         db.reshape(conn, inventories, allocations, incomplete_owner=owner)

@@ -9,7 +9,9 @@ functions, which run later but tie the modules together all the same).
 Within and across layers, no two modules import each other, directly or
 round a circle, and no module is imported by a name computed at run time
 (``importlib.import_module``, ``__import__``): a reader, and "go to
-definition", can follow every import.
+definition", can follow every import.  A name that starts with an
+underscore is its module's own: no other module imports it or reads it
+(``module._name``); what another module needs gets a public name.
 """
 
 from __future__ import annotations
@@ -37,16 +39,21 @@ def import_statements(path: Path, module: str):
     ("a.b", []), ``from .x import y`` the absolute name of ``.x`` and ["y"]."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, []
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[:len(parts) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            yield base, [alias.name for alias in node.names]
+        yield from import_statements_of(node, package)
+
+
+def import_statements_of(node: ast.AST, package: str):
+    """:func:`import_statements` of one node (nothing unless it is an import)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name, []
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            parts = package.split(".")
+            parts = parts[:len(parts) - node.level + 1]
+            base = ".".join(parts + ([node.module] if node.module else []))
+        yield base, [alias.name for alias in node.names]
 
 
 def imports_of(path: Path, module: str) -> set[str]:
@@ -139,6 +146,43 @@ def string_imports(path: Path) -> list[str]:
     return found
 
 
+def private_uses(path: Path, module: str, known: set[str]) -> list[str]:
+    """Where ``path`` takes a private name (``_name``, not ``__dunder__``)
+    from another allotment module: ``from m import _name`` or ``m._name``
+    with ``m`` bound by an import."""
+    found = []
+    bound: dict[str, str] = {}  # local name -> the module it names
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update({alias.asname or alias.name: alias.name for alias in node.names if alias.name in known})
+        elif isinstance(node, ast.ImportFrom):
+            base, names = next(import_statements_of(node, package))
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+                elif base in known and private(alias.name):
+                    found.append(f"{module}:{node.lineno}: from {base} import {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr) and isinstance(node.value, ast.Name):
+            owner = bound.get(node.value.id)
+            if owner is not None and owner != module:
+                found.append(f"{module}:{node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+#: Private names still used across modules, to be given public ones.
+#: The solver's search (domain/allocation_candidates.py) subclassed by
+#: explain: its public hook is being made in the same issue (#28), by
+#: another change; remove this entry with it.
+PRIVATE_USES_PENDING = {"allotment.domain.explain"}
+
+
 def modules(layer: str):
     for module, path in all_modules().items():
         if module == layer or module.startswith(layer + "."):
@@ -218,3 +262,23 @@ def test_the_string_import_check_can_fail(tmp_path):
                       "    importlib.import_module('prometheus_client')\n")
     assert [found.split(": ", 1)[0] for found in string_imports(source)] == [
         "sample.py:3", "sample.py:4", "sample.py:5"]
+
+
+def test_no_private_name_is_used_outside_its_module():
+    known = set(all_modules())
+    found = [use for module, path in all_modules().items() if module not in PRIVATE_USES_PENDING
+             for use in private_uses(path, module, known)]
+    assert found == []
+
+
+def test_the_private_name_check_can_fail(tmp_path):
+    source = tmp_path / "sample.py"
+    source.write_text("from allotment.api import allocations as api\n"
+                      "from allotment.cli.common import _load, load\n"
+                      "from allotment.db import tables\n"
+                      "def f(self):\n"
+                      "    return api._request, self._own, tables.__name__, tables.providers\n")
+    known = {"allotment.api.allocations", "allotment.cli.common", "allotment.db.tables"}
+    assert private_uses(source, "allotment.api.sample", known) == [
+        "allotment.api.sample:2: from allotment.cli.common import _load",
+        "allotment.api.sample:5: allotment.api.allocations._request"]
