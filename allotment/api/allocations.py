@@ -256,10 +256,10 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     try:
         req.app.db.run_write(work, retry_on=db.RETRY_ON,
                              retries=req.app.conf.placement.allocation_conflict_retry_count)
-    except db.ProviderNotFound:
+    except db.AllocationNamesUnknownProvider:
         keep_new_consumers(req, requests)
         raise
-    except db.ResourceClassNotFound as error:
+    except db.AllocationNamesUnknownClass as error:
         raise HTTPError(400, class_not_found(error.message)) from None
     except db.InvalidInventory as error:
         raise HTTPError(409, f"Unable to allocate inventory: {error.message}") from None

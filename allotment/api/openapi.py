@@ -359,5 +359,5 @@ def serve_document(req) -> webob.Response:
         version = parse_version(params.get("microversion"))
     except ValueError as error:
         raise HTTPError(400, str(error)) from None
-    return webob.Response(body=_rendered(req.app.router.table, version, req.script_name or "/"), content_type="application/json",
-                          charset=None)
+    return webob.Response(body=_rendered(req.app.router.table, version, req.script_name or "/"),
+                          content_type="application/json", charset=None)

@@ -112,7 +112,7 @@ def reshape(req: Request) -> webob.Response:
     except db.ProviderNotFound as error:
         raise HTTPError(400, f"Resource provider {error.uuid} in inventories not found: {error.message}",
                         code=domain.RESOURCE_PROVIDER_NOT_FOUND) from None
-    except allocations_db.ProviderNotFound:
+    except allocations_db.AllocationNamesUnknownProvider:
         allocations_api.keep_new_consumers(req, allocations)
         raise
     except (db.ProviderGenerationMismatch, allocations_db.ConsumerGenerationConflict):
@@ -123,6 +123,6 @@ def reshape(req: Request) -> webob.Response:
         raise HTTPError(409, f"update conflict: {error.message}", code=domain.INVENTORY_INUSE) from None
     except allocations_db.InvalidInventory as error:
         raise HTTPError(409, f"Unable to allocate inventory: {error.message}") from None
-    except (allocations_db.ResourceClassNotFound, domain.NotFound) as error:
+    except (allocations_db.AllocationNamesUnknownClass, domain.NotFound) as error:
         raise HTTPError(400, f"malformed reshaper data: {error.message}") from None
     return no_content(req)

@@ -20,7 +20,7 @@ from allotment.api import (
     aggregates,
     allocation_candidates,
     allocations,
-    capacity,
+    capacity_view,
     explain,
     inventories,
     metrics,
@@ -161,26 +161,28 @@ OWN_ROUTES: dict[str, dict[str, Endpoint]] = {
     OWN_PREFIX + "explain": {
         "GET": Endpoint(explain.explain, "allotment:explain", query=allocation_candidates.QUERY),
     },
-    # The capacity view: 404 unless [allotment] ui is on (api/ui.py, api/capacity.py).
+    # The capacity view: 404 unless [allotment] ui is on (api/ui.py, api/capacity_view.py).
     # The page and its two files are public (they hold no data; the page asks
     # for a token), the JSON needs allotment:capacity.
     **{OWN_PREFIX + "ui" + name: {
         "GET": Endpoint(handler, None, answers=(Answer(200),), produces_json=False, versioned=False),
     } for name, handler in (("", ui.page), ("/app.js", ui.script), ("/app.css", ui.stylesheet))},
     OWN_PREFIX + "capacity": {
-        "GET": Endpoint(capacity.overview, "allotment:capacity", query=capacity.OVERVIEW_QUERY, versioned=False),
+        "GET": Endpoint(capacity_view.overview, "allotment:capacity", query=capacity_view.OVERVIEW_QUERY,
+                        versioned=False),
     },
     OWN_PREFIX + "capacity/trees": {
-        "GET": Endpoint(capacity.trees, "allotment:capacity", query=capacity.TREES_QUERY, versioned=False),
+        "GET": Endpoint(capacity_view.trees, "allotment:capacity", query=capacity_view.TREES_QUERY, versioned=False),
     },
     OWN_PREFIX + "capacity/providers": {
-        "GET": Endpoint(capacity.provider_names, "allotment:capacity", query=capacity.NAMES_QUERY, versioned=False),
+        "GET": Endpoint(capacity_view.provider_names, "allotment:capacity", query=capacity_view.NAMES_QUERY,
+                        versioned=False),
     },
     OWN_PREFIX + "capacity/providers/{uuid}": {
-        "GET": Endpoint(capacity.provider, "allotment:capacity", query=capacity.NO_QUERY, versioned=False),
+        "GET": Endpoint(capacity_view.provider, "allotment:capacity", query=capacity_view.NO_QUERY, versioned=False),
     },
     OWN_PREFIX + "capacity/projects": {
-        "GET": Endpoint(capacity.projects, "allotment:capacity", query=capacity.NO_QUERY, versioned=False),
+        "GET": Endpoint(capacity_view.projects, "allotment:capacity", query=capacity_view.NO_QUERY, versioned=False),
     },
     # 404 unless [allotment] metrics is on (see api/metrics.py).
     "/metrics": {

@@ -186,7 +186,7 @@ def _ends_before(conn: Connection, filters: ProviderFilters, trait_ids: Mapping[
 def _providers_fitting(class_id: int, amount: int) -> sa.Select:
     """Providers where one more allocation of ``amount`` of the class fits now.
 
-    The capacity rule of :mod:`allotment.domain.capacity`, in SQL:
+    The capacity rule of :mod:`allotment.domain.inventory_fit`, in SQL:
     ``used + amount <= (total - reserved) * allocation_ratio`` and the unit
     rules ``min_unit <= amount <= max_unit``, ``amount % step_size == 0``.
     The usage is a correlated sum over the (provider, class, used) index:

@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from allotment.domain import capacity as cap
+from allotment.domain import inventory_fit as cap
 from allotment.domain.provider_tree import Provider, ProviderSnapshot, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)

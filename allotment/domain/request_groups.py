@@ -31,7 +31,7 @@ import uuid as uuidlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from allotment.domain import errors, fastschema
-from allotment.domain.capacity import MAX_INT
+from allotment.domain.inventory_fit import MAX_INT
 
 Version = tuple[int, int]
 
