@@ -56,6 +56,15 @@ _CONTEXT_KEYS = ("user", "project", "domain", "system_scope", "user_domain", "pr
 _EMPTY_CONTEXT = dict.fromkeys(_CONTEXT_KEYS)
 
 
+def escape_for_log(text: str) -> str:
+    """``text`` for a log line: unchanged when every character is printable,
+    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
+    ``\\u2028``, a backslash doubled): one request, one line."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def request_context(environ: dict) -> dict:
     """The logging context of a request, from the headers authentication set."""
     header = environ.get

@@ -19,7 +19,6 @@ and answered with a 500 that reveals nothing of it.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from typing import Callable, Iterable
@@ -47,6 +46,7 @@ from allotment.api.health import PATH as HEALTH_PATH
 from allotment.api.health import HealthCheck
 from allotment.api.http import Request, is_plain_path_prefix, require_json_content
 from allotment.api.metrics import Metrics
+from allotment.api.request_id import GLOBAL_REQUEST_ID, REQUEST_ID_HEADER, new_request_id
 from allotment.api.routes import TABLE
 from allotment.db import changes
 from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
@@ -55,10 +55,6 @@ from allotment.domain import errors as domain
 LOG = logging.getLogger("allotment.api")
 #: The per-request line, under the name Placement logs it with.
 REQUEST_LOG = logging.getLogger("placement.requestlog")
-REQUEST_ID_HEADER = "x-openstack-request-id"
-#: An incoming ``X-OpenStack-Request-ID`` of this form becomes the request's
-#: global request id (as oslo.middleware's RequestId takes it); others are ignored.
-GLOBAL_REQUEST_ID = re.compile(r"req-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}")
 
 
 def _compile(template: str) -> re.Pattern:
@@ -242,14 +238,14 @@ class Application:
             path += "?" + query
         if not path.isprintable():
             # A decoded %0a would otherwise start a line of the client's making.
-            path = escape_for_log(path)
+            path = logs.escape_for_log(path)
         # The record made here rather than by LOG.info, which would walk the
         # stack to find where it was called from: a fifth of the line's cost.
         code = Application._log.__code__
         record = REQUEST_LOG.makeRecord(
             REQUEST_LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
             '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-            (environ.get("REMOTE_ADDR") or "-", escape_for_log(environ.get("REQUEST_METHOD") or ""), path,
+            (environ.get("REMOTE_ADDR") or "-", logs.escape_for_log(environ.get("REQUEST_METHOD") or ""), path,
              str(status).split(" ")[0], length, version or "-", (time.monotonic() - started) * 1000), None,
             code.co_name)
         context = logs.request_context(environ)
@@ -257,7 +253,7 @@ class Application:
             value = context[key]
             if value and not value.isprintable():
                 # noauth2 takes the user and project from the client's token.
-                context[key] = escape_for_log(value)
+                context[key] = logs.escape_for_log(value)
         record.context = context
         REQUEST_LOG.handle(record)
 
@@ -361,23 +357,6 @@ def _plain_mount_point(app: Callable) -> Callable:
 
 #: Context values that may come from the client (noauth2's token): escaped like the path.
 _CLIENT_NAMED = ("user", "project", "tenant", "domain", "user_domain", "project_domain", "system_scope")
-
-
-def escape_for_log(text: str) -> str:
-    """``text`` for a log line: unchanged when every character is printable,
-    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
-    ``\\u2028``, a backslash doubled): one request, one line."""
-    if text.isprintable():
-        return text
-    return text.encode("unicode_escape").decode("ascii")
-
-
-def new_request_id() -> str:
-    """``req-`` and a random (version 4) UUID, as ``str(uuid.uuid4())``
-    spells it, for a third of the cost: its version and variant digits
-    set in the text."""
-    h = os.urandom(16).hex()
-    return f"req-{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 def decoded_path(environ: dict) -> str:
