@@ -352,12 +352,18 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
         # is reported before a NUL in some value (req.GET refuses those).
         pairs = req.unchecked_query()
         if pairs is not None:
-            document = dict(pairs)
-            quick = _quick_check(schema)
-            error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
-            if error is not None:
-                raise HTTPError(400, f"Invalid query string parameters: {schema_error_text(error)}")
+            check_query(pairs, schema)
     return dict(req.GET)
+
+
+def check_query(pairs: list[tuple[str, str]], schema: dict) -> None:
+    """400 ``Invalid query string parameters: ...`` unless ``schema``
+    accepts the query's pairs (the last value of a repeated key)."""
+    document = dict(pairs)
+    quick = _quick_check(schema)
+    error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
+    if error is not None:
+        raise HTTPError(400, f"Invalid query string parameters: {schema_error_text(error)}")
 
 
 #: (second, its HTTP date): "now" is asked for on most responses.
