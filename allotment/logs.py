@@ -24,6 +24,8 @@ import sys
 
 from oslo_config import cfg
 
+from allotment import __version__
+
 #: Loggers quieter than the root, besides oslo.log's own list (Placement adds routes;
 #: alembic would say "Context impl SQLiteImpl" to every command).
 EXTRA_LOG_LEVELS = ["routes=INFO", "alembic.runtime.migration=WARN"]
@@ -182,8 +184,6 @@ def setup(conf: cfg.ConfigOpts, *, command: bool = False) -> None:
     (oslo.log's default, for a server, is standard output).
     """
     from oslo_log import log
-
-    from allotment import __version__
 
     root = logging.getLogger()
     if getattr(root, "_allotment_configured", False):

@@ -84,7 +84,7 @@ def build_application(conf: cfg.ConfigOpts, *, prepare: bool | None = True,
     False touches nothing.  ``wait``: wait for the database first
     (:func:`wait_for_database`).
     """
-    from allotment.api.app import Application
+    from allotment.api.app import Application  # every handler: only the commands that serve load it
 
     db = database_from_config(conf)
     if wait:

@@ -248,7 +248,7 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
 
     def work(conn):
         try:
-            return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
+            db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
         except db.ProviderConflict as conflict:
             contended[:] = conflict.provider_ids
             raise

@@ -56,7 +56,7 @@ class Metrics:
     """The metrics of one application (one process)."""
 
     def __init__(self, conf, database, route_of: Callable[[str], str | None]):
-        import prometheus_client as prom
+        import prometheus_client as prom  # here: after PROMETHEUS_MULTIPROC_DIR is set (see above)
 
         prom.disable_created_metrics()  # the *_created series only add noise here
         self.public = conf.allotment.metrics_public

@@ -29,7 +29,7 @@ worse (rewriting a consumer with the same or smaller amounts, moving it
 away, a migration that swaps consumers): per provider and class, a write is
 refused for capacity only when the usage after it exceeds the capacity *and*
 is larger than the usage before it.  The write knows that difference
-exactly (new amounts minus the consumers' old rows: ``WriteResult.growth``),
+exactly (new amounts minus the consumers' old rows: ``_growth``),
 because the generation swap of step 4 keeps every other writer that adds
 usage out until we commit.
 
@@ -206,21 +206,12 @@ class Claim:
     consumer_uuid: str
 
 
-@dataclass
-class WriteResult:
-    claims: list[Claim] = field(default_factory=list)
-    bumped_provider_ids: set[int] = field(default_factory=set)
-    #: (provider id, class id) -> how much the write changed that usage
-    #: (new amounts minus the consumers' old ones), for every claimed pair.
-    growth: dict[tuple[int, int], int] = field(default_factory=dict)
-
-
 # -- writing ------------------------------------------------------------------
 
 
 def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
                       incomplete_owner: tuple[str, str],
-                      lock_first: Iterable[int] = ()) -> WriteResult:
+                      lock_first: Iterable[int] = ()) -> None:
     """Replace the allocations of every consumer in ``requests`` (see the module doc).
 
     Each consumer uuid may appear once.  ``incomplete_owner`` is the
@@ -270,9 +261,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
              "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
             for c in claims
         ])
-    growth = _growth(claims, old_rows)
-    _check_claims(conn, claims, after_write=True, growth=growth)
-    return WriteResult(claims, bumped, growth)
+    _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows))
 
 
 def check_consumers_and_providers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
