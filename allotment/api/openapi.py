@@ -1,13 +1,14 @@
 """The OpenAPI 3.1 description of the API, generated from the route table.
 
-One document per microversion: ``document(Version(1, 39))`` describes
-exactly what a client sending ``OpenStack-API-Version: placement 1.39``
-may call, with the very JSON schemas the handlers validate with (declared
-in ``allotment.api.routes``, which the caller passes in), so the description cannot drift from the
-server.  A single document cannot say "this body from 1.14, that one from
-1.28" in a way client generators understand; one per version can, and
-each carries the ranges as ``x-openstack-microversions`` extensions for a
-reader comparing versions:
+One document per microversion: ``document(routes.TABLE, Version(1, 39))``
+describes exactly what a client sending ``OpenStack-API-Version: placement
+1.39`` may call, with the very JSON schemas the handlers validate with
+(declared in the route table, ``allotment.api.routes``, which the caller
+passes in: the table imports this module's handler), so the description
+cannot drift from the server.  A single document cannot say "this body
+from 1.14, that one from 1.28" in a way client generators understand; one
+per version can, and each carries the ranges as
+``x-openstack-microversions`` extensions for a reader comparing versions:
 
 * the document: ``x-openstack-microversion`` (the version it describes,
   and the oldest and newest served);
