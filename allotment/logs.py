@@ -24,6 +24,8 @@ import sys
 
 from oslo_config import cfg
 
+from allotment import __version__
+
 #: Loggers quieter than the root, besides oslo.log's own list (Placement adds routes;
 #: alembic would say "Context impl SQLiteImpl" to every command).
 EXTRA_LOG_LEVELS = ["routes=INFO", "alembic.runtime.migration=WARN"]
@@ -54,6 +56,15 @@ _CONTEXT_KEYS = ("user", "project", "domain", "system_scope", "user_domain", "pr
                  "tenant", "roles", "is_admin", "read_only", "show_deleted", "auth_token",
                  "request_id", "global_request_id", "resource_uuid")
 _EMPTY_CONTEXT = dict.fromkeys(_CONTEXT_KEYS)
+
+
+def escape_for_log(text: str) -> str:
+    """``text`` for a log line: unchanged when every character is printable,
+    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
+    ``\\u2028``, a backslash doubled): one request, one line."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def request_context(environ: dict) -> dict:
@@ -173,8 +184,6 @@ def setup(conf: cfg.ConfigOpts, *, command: bool = False) -> None:
     (oslo.log's default, for a server, is standard output).
     """
     from oslo_log import log
-
-    from allotment import __version__
 
     root = logging.getLogger()
     if getattr(root, "_allotment_configured", False):

@@ -45,11 +45,12 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from typing import Callable, Iterable
 from urllib.parse import unquote_to_bytes
 
+from allotment import logs
 from allotment.api import errors
+from allotment.api.request_id import REQUEST_ID_HEADER, new_request_id
 
 LOG = logging.getLogger("allotment.server")
 
@@ -155,23 +156,17 @@ class _Worker:
             if environ is not None:
                 LOG.error("%s %s %s still running after %ss: worker %d exits and is replaced",
                           environ.get("openstack.request_id", "-"), environ.get("REQUEST_METHOD"),
-                          _printable(environ.get("PATH_INFO", "")), self.timeout, os.getpid())
+                          logs.escape_for_log(environ.get("PATH_INFO", "")), self.timeout, os.getpid())
                 logging.shutdown()
                 os._exit(1)
 
 
-def _printable(text: str) -> str:
-    from allotment.api.app import escape_for_log
-
-    return escape_for_log(text)
-
-
 def _refuse(start_response, status: int, message: str) -> list[bytes]:
-    request_id = "req-" + str(uuid.uuid4())
+    request_id = new_request_id()
     LOG.warning("%s refused before reaching the application: %s", request_id, message)
     status_line, headers, body = errors.render(errors.HTTPError(status, message), request_id=request_id,
                                                version=None, accept=None)
-    start_response(status_line, list(headers) + [("x-openstack-request-id", request_id), ("Connection", "close")])
+    start_response(status_line, list(headers) + [(REQUEST_ID_HEADER, request_id), ("Connection", "close")])
     return [body]
 
 
@@ -372,15 +367,15 @@ async def _send(send, status: int, headers: list, body: bytes) -> None:
 
 
 def _timed_out(environ: dict, received: int, declared: int | None, timeout: float) -> tuple[int, list, bytes]:
-    request_id = "req-" + str(uuid.uuid4())
+    request_id = new_request_id()
     of = f" of {declared}" if declared is not None else ""
     LOG.warning("%s %s %s refused before reaching the application: 408, the body did not arrive "
                 "within %gs (%d%s bytes received)", request_id, environ["REQUEST_METHOD"],
-                _printable(environ["PATH_INFO"]), timeout, received, of)
+                logs.escape_for_log(environ["PATH_INFO"]), timeout, received, of)
     status_line, headers, body = errors.render(
         errors.HTTPError(408, f"The request body did not arrive within {timeout:g} seconds."),
         request_id=request_id, version=None, accept=environ.get("HTTP_ACCEPT"))
-    return 408, list(headers) + [("x-openstack-request-id", request_id), ("Connection", "close")], body
+    return 408, list(headers) + [(REQUEST_ID_HEADER, request_id), ("Connection", "close")], body
 
 
 #: glibc malloc arenas per worker, unless ``MALLOC_ARENA_MAX`` is set in

@@ -11,7 +11,7 @@ from oslo_config import cfg
 
 from allotment import config, logs
 from allotment.db import migrate, standard_names
-from allotment.db.engine import Database, database_from_config
+from allotment.db.engine import Database, database_from_config, one_line
 
 __all__ = ["build_application", "database_from_config", "load_config", "prepare_database",
            "setup_logging", "wait_for_database"]
@@ -48,8 +48,7 @@ def wait_for_database(db: Database, conf: cfg.ConfigOpts, *, sleep=time.sleep) -
                 return
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as error:
             last = tries != -1 and attempt >= max(tries, 1)
-            orig = getattr(error, "orig", None) or error
-            reason = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+            reason = one_line(error)
             if last:
                 LOG.error("database not reachable (try %d of %s): %s; giving up", attempt, of, reason)
                 raise
@@ -85,7 +84,7 @@ def build_application(conf: cfg.ConfigOpts, *, prepare: bool | None = True,
     False touches nothing.  ``wait``: wait for the database first
     (:func:`wait_for_database`).
     """
-    from allotment.api.app import Application
+    from allotment.api.app import Application  # every handler: only the commands that serve load it
 
     db = database_from_config(conf)
     if wait:

@@ -23,9 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
+
+import sqlalchemy as sa
 
 from allotment import config_audit, service
+from allotment.api import errors
+from allotment.api.request_id import new_request_id
+from allotment.db.engine import is_unreachable
+from allotment.db.migrate import SchemaNotReady, why_unavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -62,7 +67,7 @@ class _LazyApplication:
         except Exception as error:  # noqa: BLE001 - logged; requests are answered 503 until it works
             if not _is_database_error(error):
                 raise
-            LOG.error("not serving yet: %s", _reason(error))
+            LOG.error("not serving yet: %s", why_unavailable(error))
 
     def __call__(self, environ, start_response):
         if self._app is None:
@@ -76,47 +81,24 @@ class _LazyApplication:
 
     @staticmethod
     def _unavailable(error, environ, start_response):
-        from allotment.api import errors
-
-        import sqlalchemy as sa
-
-        from allotment.db.engine import is_unreachable, one_line
-        from allotment.db.migrate import SchemaNotReady
-
         if isinstance(error, SchemaNotReady):
             # Our own one line about the schema: nothing of the connection in it.
-            LOG.error("not serving yet: %s", error)
             http_error = errors.HTTPError(503, f"The Placement database is not ready: {error}",
                                           headers={"Retry-After": str(errors.RETRY_AFTER_SECONDS)})
         elif isinstance(error, sa.exc.SQLAlchemyError) or is_unreachable(error):
             # The driver's text names the database's address and user: the log only.
-            LOG.error("not serving yet: database error: %s", one_line(error))
             http_error = errors.database_unavailable()
         else:
             raise error
+        LOG.error("not serving yet: %s", why_unavailable(error))
         status, headers, body = errors.render(
-            http_error, request_id=f"req-{uuid.uuid4()}", version=None, accept=environ.get("HTTP_ACCEPT"))
+            http_error, request_id=new_request_id(), version=None, accept=environ.get("HTTP_ACCEPT"))
         start_response(status, headers)
         return [body]
 
 
 def _is_database_error(error: BaseException) -> bool:
-    import sqlalchemy as sa
-
-    from allotment.db.engine import is_unreachable
-    from allotment.db.migrate import SchemaNotReady
-
     return isinstance(error, (SchemaNotReady, sa.exc.SQLAlchemyError)) or is_unreachable(error)
-
-
-def _reason(error: BaseException) -> str:
-    """For the log: a schema refusal as it is, a database error's first line."""
-    from allotment.db.engine import one_line
-    from allotment.db.migrate import SchemaNotReady
-
-    if isinstance(error, SchemaNotReady):
-        return str(error)
-    return "database error: " + one_line(error)
 
 
 def started_application() -> _LazyApplication:

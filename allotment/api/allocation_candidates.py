@@ -39,7 +39,7 @@ import webob
 from allotment.api import answer_cache
 from allotment.api.collector import gc_paused
 from allotment.api.errors import HTTPError
-from allotment.api.http import Request, encoded_json_response, json_response
+from allotment.api.http import Request, encoded_json_response, json_response, query_params
 from allotment.api.state import MAX_ENCODED, MAX_NAMES_AT
 from allotment.db import allocation_candidates as db
 from allotment.db import changes
@@ -52,7 +52,6 @@ from allotment.domain.request_groups import (
     AllocationCandidatesRequest,
     allocation_candidates_query_schema,
     parse_allocation_candidates,
-    validate_query_schema,
 )
 
 LOG = logging.getLogger(__name__)
@@ -66,8 +65,9 @@ LOG = logging.getLogger(__name__)
 #: more sets ``max_allocation_candidates`` to the number wanted.
 SAFETY_CAP = 20_000
 
-#: The query's JSON schema at a version: the parser applies it first (to the
-#: last value of each key), as Placement does; the route table names it.
+#: The query's JSON schema at a version, applied (to the last value of each
+#: key) before the parser reads the query, as Placement does; the route
+#: table names it.
 QUERY = allocation_candidates_query_schema
 
 
@@ -133,10 +133,8 @@ def parse_query(req: Request) -> AllocationCandidatesRequest:
     /allotment/explain`` reads its query with this too)."""
     # The schema's verdict first (an unknown or missing parameter), then
     # req.GET's 400 for a query that is not UTF-8 or holds a NUL, as Placement.
-    pairs = req.unchecked_query()
-    if pairs is not None:
-        validate_query_schema(pairs, allocation_candidates_query_schema(req.version))
-    return parse_allocation_candidates(list(req.GET.items()), req.version, validate_schema=False)
+    query_params(req)
+    return parse_allocation_candidates(list(req.GET.items()), req.version)
 
 
 def find(req: Request, conn, request: AllocationCandidatesRequest, *,

@@ -177,7 +177,7 @@ def list_for_consumer(req: Request) -> webob.Response:
     if view is not None and req.version >= (1, 12):
         project, user = view.project, view.user
         if not view.has_record:
-            project, user = _incomplete_owner(req)
+            project, user = incomplete_owner(req)
         body["project_id"] = project
         body["user_id"] = user
         if req.version >= (1, 28):
@@ -206,7 +206,8 @@ def list_for_resource_provider(req: Request) -> webob.Response:
 # -- writing ----------------------------------------------------------------
 
 
-def _incomplete_owner(req: Request) -> tuple[str, str]:
+def incomplete_owner(req: Request) -> tuple[str, str]:
+    """The project and user recorded for a consumer whose request names none."""
     placement = req.app.conf.placement
     return placement.incomplete_consumer_project_id, placement.incomplete_consumer_user_id
 
@@ -241,13 +242,13 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
            class_not_found: Callable[[str], str]) -> None:
     """Run the write transaction, re-running it where Placement retries, and
     word its errors as Placement does."""
-    owner = _incomplete_owner(req)
+    owner = incomplete_owner(req)
 
     contended: list[int] = []  # the providers of a lost swap: a re-run locks them first
 
     def work(conn):
         try:
-            return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
+            db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
         except db.ProviderConflict as conflict:
             contended[:] = conflict.provider_ids
             raise
@@ -255,10 +256,10 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     try:
         req.app.db.run_write(work, retry_on=db.RETRY_ON,
                              retries=req.app.conf.placement.allocation_conflict_retry_count)
-    except db.ProviderNotFound:
+    except db.AllocationNamesUnknownProvider:
         keep_new_consumers(req, requests)
         raise
-    except db.ResourceClassNotFound as error:
+    except db.AllocationNamesUnknownClass as error:
         raise HTTPError(400, class_not_found(error.message)) from None
     except db.InvalidInventory as error:
         raise HTTPError(409, f"Unable to allocate inventory: {error.message}") from None
@@ -274,7 +275,7 @@ def keep_new_consumers(req: Request, requests: list[db.ConsumerAllocations]) -> 
     (generation 0), as in Placement, which records them before it looks the
     providers up."""
     req.app.db.run_write(
-        lambda conn: db.keep_new_consumers(conn, requests, incomplete_owner=_incomplete_owner(req)),
+        lambda conn: db.keep_new_consumers(conn, requests, incomplete_owner=incomplete_owner(req)),
         retry_on=(db.consumers.RecordRace,), retries=1)
 
 
@@ -288,16 +289,21 @@ def set_allocations_for_consumer(req: Request) -> webob.Response:
     return no_content(req)
 
 
-def set_allocations(req: Request) -> webob.Response:
-    """POST /allocations (1.13): replace several consumers' allocations atomically."""
-    data = json_body(req)
+def consumers_allocations(req: Request, data: dict) -> list[db.ConsumerAllocations]:
+    """The allocations of a POST /allocations body (also the reshaper's
+    ``allocations``), one per consumer; 400 for a consumer named twice."""
     requests: dict[str, db.ConsumerAllocations] = {}
     for key, entry in data.items():
         consumer = _consumer_uuid(key)
         if consumer in requests:
             raise HTTPError(400, f"Allocations for consumer '{key}' are given more than once.")
         requests[consumer] = _request(req, consumer, entry)
-    _write(req, list(requests.values()), lambda message: f"Unable to allocate inventory {message}")
+    return list(requests.values())
+
+
+def set_allocations(req: Request) -> webob.Response:
+    """POST /allocations (1.13): replace several consumers' allocations atomically."""
+    _write(req, consumers_allocations(req, json_body(req)), lambda message: f"Unable to allocate inventory {message}")
     return no_content(req)
 
 

@@ -18,9 +18,7 @@ and answered with a 500 that reveals nothing of it.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import re
 import time
 from typing import Callable, Iterable
@@ -28,13 +26,28 @@ from typing import Callable, Iterable
 import webob
 from oslo_config import cfg
 
-from allotment import logs
-from allotment.api import auth, errors, microversion
+from allotment import config, logs
+from allotment.api import (
+    allocations,
+    auth,
+    errors,
+    inventories,
+    microversion,
+    policy,
+    reshaper,
+    resource_providers,
+    traits,
+    ui,
+    usages,
+)
 from allotment.api.context import RequestContext
+from allotment.api.endpoint import Endpoint, RouteTable
 from allotment.api.health import PATH as HEALTH_PATH
 from allotment.api.health import HealthCheck
-from allotment.api.http import Request, is_plain_path_prefix
-from allotment.api.routes import OWN_ROUTES, ROUTES, Endpoint
+from allotment.api.http import Request, is_plain_path_prefix, require_json_content
+from allotment.api.metrics import Metrics
+from allotment.api.request_id import GLOBAL_REQUEST_ID, REQUEST_ID_HEADER, new_request_id
+from allotment.api.routes import TABLE
 from allotment.api.state import ProcessState
 from allotment.db.engine import CommitOutcomeUnknown, Database, is_unreachable, one_line
 from allotment.domain import errors as domain
@@ -42,10 +55,6 @@ from allotment.domain import errors as domain
 LOG = logging.getLogger("allotment.api")
 #: The per-request line, under the name Placement logs it with.
 REQUEST_LOG = logging.getLogger("placement.requestlog")
-REQUEST_ID_HEADER = "x-openstack-request-id"
-#: An incoming ``X-OpenStack-Request-ID`` of this form becomes the request's
-#: global request id (as oslo.middleware's RequestId takes it); others are ignored.
-GLOBAL_REQUEST_ID = re.compile(r"req-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}")
 
 
 def _compile(template: str) -> re.Pattern:
@@ -54,13 +63,14 @@ def _compile(template: str) -> re.Pattern:
 
 
 class Router:
-    """Matches paths to route entries; resolves handlers on first use."""
+    """Matches paths to route entries."""
 
-    def __init__(self, *tables: dict[str, dict[str, Endpoint]]):
+    def __init__(self, table: RouteTable):
+        self.table = table
         self._static: dict[str, dict[str, Endpoint]] = {}
         self._dynamic: list[tuple[re.Pattern, dict[str, Endpoint]]] = []
         self._templates: dict[int, str] = {}
-        for routes in tables:
+        for routes in (table.placement, table.own):
             for template, methods in routes.items():
                 self._templates[id(methods)] = template
                 if "{" in template:
@@ -70,7 +80,6 @@ class Router:
         # Fixed paths every method of which is public: no token needed.
         self._public = {template for template, methods in self._static.items()
                         if all(endpoint.policy is None for endpoint in methods.values())}
-        self._handlers: dict[str, Callable] = {}
 
     def is_public(self, environ: dict) -> bool:
         """Whether the request's path needs no token (``GET /``, the API description)."""
@@ -93,41 +102,22 @@ class Router:
         found = self.match(path)
         return self._templates[id(found[0])] if found else None
 
-    def handler(self, endpoint: Endpoint) -> Callable:
-        handler = self._handlers.get(endpoint.handler)
-        if handler is None:
-            module_name, function_name = endpoint.handler.split(":")
-            module = importlib.import_module(f"allotment.api.{module_name}")
-            handler = getattr(module, function_name)
-            self._handlers[endpoint.handler] = handler
-        return handler
-
 
 class Application:
     """Configuration, database and policy for one process, and the WSGI entry."""
 
-    def __init__(self, conf: cfg.ConfigOpts, database: Database | None = None, *,
-                 auth_strategy: str | None = None):
+    def __init__(self, conf: cfg.ConfigOpts, database: Database, *, auth_strategy: str | None = None):
         """``auth_strategy`` overrides ``[api] auth_strategy`` for this
         application only (the direct interface uses ``noauth2`` without
         changing the caller's configuration)."""
-        from allotment.api import policy
-
         self.conf = conf
-        if database is None:
-            from allotment.db.engine import database_from_config
-
-            database = database_from_config(conf)
         self.db = database
         self.enforcer = policy.make_enforcer(conf)
-        self._policy = policy
-        self.router = Router(ROUTES, OWN_ROUTES)
+        self.router = Router(TABLE)
         #: Every cache the process keeps between requests (one owner).
         self.state = ProcessState(conf, database)
         self.metrics = None
         if conf.allotment.metrics:
-            from allotment.api.metrics import Metrics
-
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
         #: GET /healthcheck, for load balancers (answered before authentication).
@@ -142,29 +132,25 @@ class Application:
         if self.metrics is not None and self.metrics.public:
             inner = self.metrics.public_route(inner)
         if conf.allotment.ui:
-            from allotment.api import ui
-
             inner = ui.slash_redirect(inner)
         if conf.cors.allowed_origin:
-            from oslo_middleware import cors
+            from oslo_middleware import cors  # imported only when configured: a heavy module
 
             inner = cors.CORS(inner, conf)
-        from allotment import config
-
         if config.is_embedded_default(conf) and auth_strategy is None:  # not the in-process client
             inner = auth.loopback_hosts_only(inner)
         if conf.oslo_middleware.enable_proxy_headers_parsing:
             # The proxy's Forwarded / X-Forwarded-Proto, -Host, -For and
             # -Prefix (SCRIPT_NAME) headers, trusted only when the operator
             # says a proxy sets them, as in Placement.
-            from oslo_middleware import http_proxy_to_wsgi
+            from oslo_middleware import http_proxy_to_wsgi  # only when configured, as cors
 
             inner = http_proxy_to_wsgi.HTTPProxyToWSGI(_plain_mount_point(inner), conf)
         self._inner = inner
 
     # -- policy -----------------------------------------------------------
     def authorize(self, context: RequestContext, rule: str, target: dict | None = None) -> None:
-        self._policy.authorize(self.enforcer, context, rule, target)
+        policy.authorize(self.enforcer, context, rule, target)
 
     # -- WSGI -------------------------------------------------------------
     def __call__(self, environ: dict, start_response) -> Iterable[bytes]:
@@ -233,14 +219,14 @@ class Application:
             path += "?" + query
         if not path.isprintable():
             # A decoded %0a would otherwise start a line of the client's making.
-            path = escape_for_log(path)
+            path = logs.escape_for_log(path)
         # The record made here rather than by LOG.info, which would walk the
         # stack to find where it was called from: a fifth of the line's cost.
         code = Application._log.__code__
         record = REQUEST_LOG.makeRecord(
             REQUEST_LOG.name, logging.INFO, code.co_filename, code.co_firstlineno,
             '%s "%s %s" status: %s len: %s microversion: %s time: %.1fms',
-            (environ.get("REMOTE_ADDR") or "-", escape_for_log(environ.get("REQUEST_METHOD") or ""), path,
+            (environ.get("REMOTE_ADDR") or "-", logs.escape_for_log(environ.get("REQUEST_METHOD") or ""), path,
              str(status).split(" ")[0], length, version or "-", (time.monotonic() - started) * 1000), None,
             code.co_name)
         context = logs.request_context(environ)
@@ -248,7 +234,7 @@ class Application:
             value = context[key]
             if value and not value.isprintable():
                 # noauth2 takes the user and project from the client's token.
-                context[key] = escape_for_log(value)
+                context[key] = logs.escape_for_log(value)
         record.context = context
         REQUEST_LOG.handle(record)
 
@@ -330,7 +316,7 @@ class Application:
         req.endpoint = endpoint
         if endpoint.policy:
             req.authorize(endpoint.policy)
-        response: webob.Response = self.router.handler(endpoint)(req)
+        response: webob.Response = endpoint.handler(req)
         return response(environ, start_response)
 
 
@@ -352,23 +338,6 @@ def _plain_mount_point(app: Callable) -> Callable:
 
 #: Context values that may come from the client (noauth2's token): escaped like the path.
 _CLIENT_NAMED = ("user", "project", "tenant", "domain", "user_domain", "project_domain", "system_scope")
-
-
-def escape_for_log(text: str) -> str:
-    """``text`` for a log line: unchanged when every character is printable,
-    else with Python's backslash escapes throughout (``\\n``, ``\\x1b``,
-    ``\\u2028``, a backslash doubled): one request, one line."""
-    if text.isprintable():
-        return text
-    return text.encode("unicode_escape").decode("ascii")
-
-
-def new_request_id() -> str:
-    """``req-`` and a random (version 4) UUID, as ``str(uuid.uuid4())``
-    spells it, for a third of the cost: its version and variant digits
-    set in the text."""
-    h = os.urandom(16).hex()
-    return f"req-{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 def decoded_path(environ: dict) -> str:
@@ -458,15 +427,6 @@ def _check_accept(req: Request) -> None:
                                explanation=_not_acceptable_explanation(req.environ))
 
 
-def require_json_content(req: Request) -> None:
-    """415 unless the body is declared as JSON (handlers with optional bodies call this)."""
-    content_type = req.content_type or None
-    if content_type != "application/json":
-        raise errors.HTTPError(415, f"The media type {content_type} is not supported, use application/json",
-                               explanation=f"The request media type {content_type} "
-                                           "is not supported by this server. ")
-
-
 def _not_allowed_explanation(req: Request) -> str:
     return f"The method {req.method} is not allowed for this resource. "
 
@@ -481,19 +441,19 @@ def _not_acceptable_explanation(environ: dict) -> str:
 # carries Vary like any answer of theirs); elsewhere the lookup's NotFound
 # escapes the handler and the 404 carries the version header only.
 _NOT_FOUND_ANSWERED = frozenset({
-    "traits:list_traits_for_resource_provider", "traits:get_trait", "traits:delete_trait",
-    "usages:list_usages",
-    "resource_providers:delete_resource_provider",
-    "inventories:get_inventories", "inventories:get_inventory",
-    "allocations:list_for_resource_provider", "allocations:set_allocations_for_consumer",
-    "allocations:set_allocations", "allocations:delete_allocations",
-    "reshaper:reshape",
+    traits.list_traits_for_resource_provider, traits.get_trait, traits.delete_trait,
+    usages.list_usages,
+    resource_providers.delete_resource_provider,
+    inventories.get_inventories, inventories.get_inventory,
+    allocations.list_for_resource_provider, allocations.set_allocations_for_consumer,
+    allocations.set_allocations, allocations.delete_allocations,
+    reshaper.reshape,
 })
 
 
 def _handler_answers_not_found(environ: dict, error: domain.PlacementError) -> bool:
     handler = environ.get("allotment.handler")
-    if handler in ("inventories:update_inventory", "inventories:delete_inventory"):
+    if handler in (inventories.update_inventory, inventories.delete_inventory):
         # Only a missing inventory is answered there; a missing provider or class escapes.
         return not error.message.startswith(("No resource provider", "No such resource class"))
     return handler in _NOT_FOUND_ANSWERED
@@ -502,7 +462,7 @@ def _handler_answers_not_found(environ: dict, error: domain.PlacementError) -> b
 # Handlers of which Placement's 404 text repeats the lookup's message
 # ("No resource provider with uuid X found: No resource provider with uuid
 # X found"): clients that match the whole text see it.
-_NOT_FOUND_ECHOED = frozenset({"usages:list_usages"})
+_NOT_FOUND_ECHOED = frozenset({usages.list_usages})
 
 
 def _echoed(message: str) -> str:

@@ -72,7 +72,7 @@ class KeystoneAuth:
     """
 
     def __init__(self, app: WSGIApp, conf: cfg.ConfigOpts, is_public: Callable[[dict], bool] = _is_root):
-        from keystonemiddleware import auth_token
+        from keystonemiddleware import auth_token  # heavy, and needed only with keystone
 
         self.app = app
         self._is_public = is_public

@@ -20,6 +20,7 @@ from http import HTTPStatus
 import orjson
 import webob.acceptparse
 
+from allotment.api.microversion import MAX_VERSION, MIN_VERSION
 from allotment.domain import errors as domain
 
 # The generic first sentence of ``detail`` for each status.
@@ -204,8 +205,6 @@ def render(error: HTTPError, *, request_id: str, version: tuple[int, int] | None
         if version is not None and version >= (1, 23):
             entry["code"] = error.code
         if error.negotiation:
-            from allotment.api.microversion import MAX_VERSION, MIN_VERSION
-
             entry["max_version"] = str(MAX_VERSION)
             entry["min_version"] = str(MIN_VERSION)
         body = orjson.dumps({"errors": [entry]})

@@ -29,11 +29,10 @@ import webob
 from allotment.api import errors
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import Version
-from allotment.api.routes import Endpoint, schema_at
+from allotment.api.endpoint import Endpoint, schema_at
 from allotment.domain import fastschema
 
 if TYPE_CHECKING:  # pragma: no cover
-    from allotment.api.app import Application
     from allotment.api.context import RequestContext
 
 _FORMAT_CHECKER = jsonschema.FormatChecker()
@@ -69,7 +68,7 @@ class Request(webob.BaseRequest):
 
     version: Version
     context: "RequestContext"
-    app: "Application"
+    app: Any  # the Application (allotment.api.app, which imports this module)
     request_id: str
     endpoint: Endpoint
 
@@ -312,6 +311,15 @@ def _refuse_nul(data: Any) -> None:
             _refuse_nul(value)
 
 
+def require_json_content(req: Request) -> None:
+    """415 unless the body is declared as JSON (handlers with optional bodies call this)."""
+    content_type = req.content_type or None
+    if content_type != "application/json":
+        raise errors.HTTPError(415, f"The media type {content_type} is not supported, use application/json",
+                               explanation=f"The request media type {content_type} "
+                                           "is not supported by this server. ")
+
+
 #: "The schema the route table declares" (the default of json_body/query_params).
 ROUTE_SCHEMA: Any = object()
 
@@ -345,12 +353,18 @@ def query_params(req: Request, schema: Any = ROUTE_SCHEMA) -> dict[str, str]:
         # is reported before a NUL in some value (req.GET refuses those).
         pairs = req.unchecked_query()
         if pairs is not None:
-            document = dict(pairs)
-            quick = _quick_check(schema)
-            error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
-            if error is not None:
-                raise HTTPError(400, f"Invalid query string parameters: {schema_error_text(error)}")
+            check_query(pairs, schema)
     return dict(req.GET)
+
+
+def check_query(pairs: list[tuple[str, str]], schema: dict) -> None:
+    """400 ``Invalid query string parameters: ...`` unless ``schema``
+    accepts the query's pairs (the last value of a repeated key)."""
+    document = dict(pairs)
+    quick = _quick_check(schema)
+    error = None if quick is not None and quick(document) else _best_error(_validator(schema), document)
+    if error is not None:
+        raise HTTPError(400, f"Invalid query string parameters: {schema_error_text(error)}")
 
 
 @functools.lru_cache(maxsize=1)

@@ -21,7 +21,7 @@ from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_body, json_response, latest, no_content
 from allotment.db import inventories as db
 from allotment.db.engine import utcnow
-from allotment.domain import capacity
+from allotment.domain import inventory_fit
 from allotment.domain import errors as domain
 from allotment.domain.inventories import (
     FIELDS,
@@ -45,7 +45,7 @@ SQL_SP_FLOAT_MAX = 3.40282e+38
 
 
 def _bounded_int(minimum: int) -> dict:
-    return {"type": "integer", "maximum": capacity.MAX_INT, "minimum": minimum}
+    return {"type": "integer", "maximum": inventory_fit.MAX_INT, "minimum": minimum}
 
 
 BASE_INVENTORY_SCHEMA: dict = {

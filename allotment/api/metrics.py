@@ -19,7 +19,7 @@ can reach the port.
 * capacity gauges per resource class, over the cloud
   (``allotment_resource_{total,reserved,capacity,used}``) and per
   aggregate (``allotment_aggregate_resource_...``, label ``aggregate``):
-  one grouped query (:mod:`allotment.db.capacity`), reused for
+  one grouped query (:mod:`allotment.db.resource_totals`), reused for
   ``[allotment] metrics_capacity_cache_seconds``.
 
 Several worker processes: prometheus_client's multi-process mode, chosen
@@ -41,6 +41,7 @@ import webob
 
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request
+from allotment.db import resource_totals
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PATH = "/metrics"
@@ -55,7 +56,7 @@ class Metrics:
     """The metrics of one application (one process)."""
 
     def __init__(self, conf, database, route_of: Callable[[str], str | None]):
-        import prometheus_client as prom
+        import prometheus_client as prom  # here: after PROMETHEUS_MULTIPROC_DIR is set (see above)
 
         prom.disable_created_metrics()  # the *_created series only add noise here
         self.public = conf.allotment.metrics_public
@@ -156,10 +157,8 @@ class CapacityCollector:
     def sums(self) -> dict:
         with self._lock:
             if time.monotonic() - self._read_at >= self.ttl:
-                from allotment.db import capacity
-
                 with self.database.read() as conn:
-                    self._sums = capacity.capacity_sums(conn)
+                    self._sums = resource_totals.capacity_sums(conn)
                 self._read_at = time.monotonic()
             return self._sums
 

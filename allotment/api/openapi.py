@@ -1,13 +1,14 @@
 """The OpenAPI 3.1 description of the API, generated from the route table.
 
-One document per microversion: ``document(Version(1, 39))`` describes
-exactly what a client sending ``OpenStack-API-Version: placement 1.39``
-may call, with the very JSON schemas the handlers validate with (named in
-``allotment.api.routes``), so the description cannot drift from the
-server.  A single document cannot say "this body from 1.14, that one from
-1.28" in a way client generators understand; one per version can, and
-each carries the ranges as ``x-openstack-microversions`` extensions for a
-reader comparing versions:
+One document per microversion: ``document(routes.TABLE, Version(1, 39))``
+describes exactly what a client sending ``OpenStack-API-Version: placement
+1.39`` may call, with the very JSON schemas the handlers validate with
+(declared in the route table, ``allotment.api.routes``, which the caller
+passes in: the table imports this module's handler), so the description
+cannot drift from the server.  A single document cannot say "this body
+from 1.14, that one from 1.28" in a way client generators understand; one
+per version can, and each carries the ranges as
+``x-openstack-microversions`` extensions for a reader comparing versions:
 
 * the document: ``x-openstack-microversion`` (the version it describes,
   and the oldest and newest served);
@@ -33,16 +34,32 @@ import webob
 from allotment.api import microversion
 from allotment.api.errors import HTTPError
 from allotment.api.microversion import MAX_VERSION, MIN_VERSION, Version
-from allotment.api.routes import (
-    CREATES,
-    OWN_PREFIX,
-    OWN_ROUTES,
-    PATH_PARAMETERS,
-    ROUTES,
-    Endpoint,
-    resolve,
-    schema_at,
-)
+from allotment.api.endpoint import OWN_PREFIX, Endpoint, RouteTable, Schema, schema_at
+from allotment.api.http import query_params
+
+#: Path parameters: what a valid value looks like (anything else is a 404
+#: or, where the path names something to create, a 400).
+PATH_PARAMETERS = {
+    "uuid": {"type": "string", "format": "uuid"},
+    "consumer_uuid": {"type": "string", "format": "uuid"},
+    "resource_class": {"type": "string", "pattern": "^[A-Z0-9_]+$", "maxLength": 255},
+    "name": {"type": "string", "pattern": "^[A-Z0-9_]+$", "maxLength": 255},
+}
+
+#: Where an answer tells a client the identity of something it may use next,
+#: for the OpenAPI links (and so for a stateful fuzzer): (method, template)
+#: -> {path parameter: runtime expression}.  Every route below the source
+#: template that uses the parameter is a target.
+CREATES: dict[tuple[str, str], dict[str, str]] = {
+    ("POST", "/resource_providers"): {"uuid": "$response.body#/uuid"},
+    ("GET", "/resource_providers/{uuid}"): {"uuid": "$response.body#/uuid"},
+    ("POST", "/resource_providers/{uuid}/inventories"): {
+        "uuid": "$request.path.uuid", "resource_class": "$request.body#/resource_class"},
+    ("POST", "/resource_classes"): {"name": "$request.body#/name"},
+    ("PUT", "/resource_classes/{name}"): {"name": "$request.path.name"},
+    ("PUT", "/traits/{name}"): {"name": "$request.path.name"},
+    ("PUT", "/allocations/{consumer_uuid}"): {"consumer_uuid": "$request.path.consumer_uuid"},
+}
 
 DOCUMENT_QUERY = {
     "type": "object",
@@ -135,26 +152,26 @@ def parse_version(text: str | None) -> Version:
     return version
 
 
-def _range(reference: str, version: Version) -> dict[str, str]:
-    """The versions around ``version`` over which ``reference`` gives the same schema."""
-    schema = schema_at(reference, version)
+def _range(declared: Schema, version: Version) -> dict[str, str]:
+    """The versions around ``version`` over which ``declared`` gives the same schema."""
+    schema = schema_at(declared, version)
     served = versions()
     index = served.index(version)
     low = high = index
-    while low > 0 and schema_at(reference, served[low - 1]) == schema:
+    while low > 0 and schema_at(declared, served[low - 1]) == schema:
         low -= 1
-    while high < len(served) - 1 and schema_at(reference, served[high + 1]) == schema:
+    while high < len(served) - 1 and schema_at(declared, served[high + 1]) == schema:
         high += 1
     return {"min": str(served[low]), "max": str(served[high])}
 
 
 def _operation_id(endpoint: Endpoint) -> str:
-    return endpoint.handler.split(":")[1]
+    return endpoint.handler.__name__
 
 
 def _summary(method: str, template: str, endpoint: Endpoint) -> tuple[str, str]:
     """The handler's first docstring line (else method and path), and the rest."""
-    doc = (resolve(endpoint.handler).__doc__ or "").strip()
+    doc = (endpoint.handler.__doc__ or "").strip()
     first, _, rest = doc.partition("\n")
     return (first.rstrip(".") or f"{method} {template}"), rest.strip()
 
@@ -198,7 +215,7 @@ def _operation(method: str, template: str, endpoint: Endpoint, version: Version,
     operation: dict[str, Any] = {
         "operationId": _operation_id(endpoint),
         "summary": summary,
-        "tags": [endpoint.handler.split(":")[0] if not own else "allotment"],
+        "tags": [endpoint.handler.__module__.rpartition(".")[2] if not own else "allotment"],
         "security": [{"token": []}] if endpoint.policy else [],
     }
     if description:
@@ -269,11 +286,11 @@ def _links(paths: dict, operations: dict[tuple[str, str], dict]) -> None:
 
 
 @functools.lru_cache(maxsize=None)  # one per version served, at most
-def _document(version: Version) -> dict:
+def _document(table: RouteTable, version: Version) -> dict:
     paths: dict[str, dict] = {}
     operations: dict[tuple[str, str], dict] = {}
-    for table, own in ((ROUTES, False), (OWN_ROUTES, True)):
-        for template, methods in table.items():
+    for routes, own in ((table.placement, False), (table.own, True)):
+        for template, methods in routes.items():
             for method, endpoint in methods.items():
                 if not own and version < endpoint.min_version:
                     continue
@@ -318,9 +335,9 @@ def _document(version: Version) -> dict:
     }
 
 
-def document(version: Version = MAX_VERSION, *, server_url: str = "/") -> dict:
-    """The OpenAPI document of ``version`` (a fresh copy: callers may change it)."""
-    found = copy.deepcopy(_document(version))
+def document(table: RouteTable, version: Version = MAX_VERSION, *, server_url: str = "/") -> dict:
+    """The OpenAPI document of ``table`` at ``version`` (a fresh copy: callers may change it)."""
+    found = copy.deepcopy(_document(table, version))
     found["servers"] = [{"url": server_url}]
     return found
 
@@ -332,18 +349,16 @@ RENDERED_KEPT = 32
 
 
 @functools.lru_cache(maxsize=RENDERED_KEPT)
-def _rendered(version: Version, server_url: str) -> bytes:
-    return orjson.dumps({**_document(version), "servers": [{"url": server_url}]})
+def _rendered(table: RouteTable, version: Version, server_url: str) -> bytes:
+    return orjson.dumps({**_document(table, version), "servers": [{"url": server_url}]})
 
 
 def serve_document(req) -> webob.Response:
     """The OpenAPI document of one microversion (the latest unless ``?microversion=1.X``)."""
-    from allotment.api.http import query_params
-
     params = query_params(req)
     try:
         version = parse_version(params.get("microversion"))
     except ValueError as error:
         raise HTTPError(400, str(error)) from None
-    return webob.Response(body=_rendered(version, req.script_name or "/"), content_type="application/json",
-                          charset=None)
+    return webob.Response(body=_rendered(req.app.router.table, version, req.script_name or "/"),
+                          content_type="application/json", charset=None)

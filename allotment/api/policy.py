@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from oslo_config import cfg
+from oslo_policy import opts as policy_opts
 from oslo_policy import policy
 
 from allotment.domain import errors
@@ -554,7 +555,6 @@ def get_enforcer() -> policy.Enforcer:
     where Placement looks.
     """
     conf = cfg.ConfigOpts()
-    from oslo_policy import opts as policy_opts
 
     policy_opts._register(conf)
     conf([], project="placement")

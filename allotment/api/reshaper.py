@@ -90,17 +90,6 @@ def _inventories(data: dict) -> list[db.ProviderInventories]:
             for uuid, entry in data.items()]
 
 
-def _allocations(req: Request, data: dict) -> list[allocations_db.ConsumerAllocations]:
-    """The consumers' new allocations, read exactly as POST /allocations reads them."""
-    requests: dict[str, allocations_db.ConsumerAllocations] = {}
-    for key, entry in data.items():
-        consumer = allocations_api._consumer_uuid(key)
-        if consumer in requests:
-            raise HTTPError(400, f"Allocations for consumer '{key}' are given more than once.")
-        requests[consumer] = allocations_api._request(req, consumer, entry)
-    return list(requests.values())
-
-
 # -- handler --------------------------------------------------------------
 
 
@@ -108,8 +97,9 @@ def reshape(req: Request) -> webob.Response:
     """POST /reshaper: 204, or the error that says whether to re-read first."""
     data = json_body(req)
     inventories = _inventories(data["inventories"])
-    allocations = _allocations(req, data["allocations"])
-    owner = allocations_api._incomplete_owner(req)
+    # The consumers' new allocations, read exactly as POST /allocations reads them.
+    allocations = allocations_api.consumers_allocations(req, data["allocations"])
+    owner = allocations_api.incomplete_owner(req)
 
     def work(conn) -> None:
         db.reshape(conn, inventories, allocations, incomplete_owner=owner)
@@ -122,7 +112,7 @@ def reshape(req: Request) -> webob.Response:
     except db.ProviderNotFound as error:
         raise HTTPError(400, f"Resource provider {error.uuid} in inventories not found: {error.message}",
                         code=domain.RESOURCE_PROVIDER_NOT_FOUND) from None
-    except allocations_db.ProviderNotFound:
+    except allocations_db.AllocationNamesUnknownProvider:
         allocations_api.keep_new_consumers(req, allocations)
         raise
     except (db.ProviderGenerationMismatch, allocations_db.ConsumerGenerationConflict):
@@ -133,6 +123,6 @@ def reshape(req: Request) -> webob.Response:
         raise HTTPError(409, f"update conflict: {error.message}", code=domain.INVENTORY_INUSE) from None
     except allocations_db.InvalidInventory as error:
         raise HTTPError(409, f"Unable to allocate inventory: {error.message}") from None
-    except (allocations_db.ResourceClassNotFound, domain.NotFound) as error:
+    except (allocations_db.AllocationNamesUnknownClass, domain.NotFound) as error:
         raise HTTPError(400, f"malformed reshaper data: {error.message}") from None
     return no_content(req)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import webob
 
-from allotment.api.app import require_json_content
-from allotment.api.http import Request, json_body, json_response, no_content, validate
+from allotment.api.http import Request, json_body, json_response, no_content, require_json_content, validate
 from allotment.api.microversion import Versioned
 from allotment.db import resource_classes as db
 from allotment.db.resource_classes import ResourceClass

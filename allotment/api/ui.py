@@ -17,7 +17,7 @@ import webob
 from allotment import ui
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, is_plain_path_prefix
-from allotment.api.routes import OWN_PREFIX
+from allotment.api.endpoint import OWN_PREFIX
 
 PAGE = OWN_PREFIX + "ui"
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

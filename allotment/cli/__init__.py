@@ -14,6 +14,9 @@ import argparse
 import sys
 from typing import Callable, NamedTuple
 
+from oslo_config import cfg
+
+from allotment import __version__
 from allotment.cli import db, explain, openapi, reshape, serve, status
 
 
@@ -38,8 +41,6 @@ COMMANDS: dict[str, Command] = {
 
 
 def version_string() -> str:
-    from allotment import __version__
-
     return __version__
 
 
@@ -54,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     for name, command in COMMANDS.items():
         command.configure(sub.add_parser(name, help=command.help))
     args = parser.parse_args(argv)
-    from oslo_config import cfg
-
     try:
         return COMMANDS[args.command].run(args)
     except cfg.Error as error:

@@ -57,11 +57,8 @@ def schema_errors() -> tuple[type[BaseException], ...]:
 
 
 def one_line(error: BaseException) -> str:
-    """A schema refusal as it is; a database error as its first line."""
-    from allotment.db.migrate import SchemaNotReady
+    """A schema refusal as it is; a database error as its first line
+    (:func:`allotment.db.migrate.why_unavailable`, imported when needed)."""
+    from allotment.db.migrate import why_unavailable
 
-    if isinstance(error, SchemaNotReady):
-        return str(error)
-    orig = getattr(error, "orig", None)
-    text = str(orig if orig is not None else error).strip().splitlines()
-    return f"database error: {text[0] if text else type(error).__name__}"
+    return why_unavailable(error)

@@ -34,6 +34,7 @@ import sys
 from oslo_config import cfg
 
 from allotment.cli import common, version_string
+from allotment.cli.db import incomplete_owner
 
 LOG = logging.getLogger("placement.cmd.manage")
 #: Records per pass when --max-count is not given (Placement's batch).
@@ -81,7 +82,6 @@ def db_version(conf) -> int:
 def db_online_data_migrations(conf) -> int:
     import prettytable
 
-    from allotment.cli.db import incomplete_owner
     from allotment.db import online_migrations
 
     max_count = conf.command.max_count

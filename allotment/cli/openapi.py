@@ -20,14 +20,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from allotment.api import openapi
+    from allotment.api import openapi, routes
 
     try:
         version = openapi.parse_version(args.microversion)
     except ValueError as error:
         print(f"allotment openapi: {error}", file=sys.stderr)
         return 2
-    text = json.dumps(openapi.document(version), indent=2) + "\n"
+    text = json.dumps(openapi.document(routes.TABLE, version), indent=2) + "\n"
     if not args.output:
         sys.stdout.write(text)
         return 0

@@ -68,6 +68,7 @@ from sqlalchemy.engine import Connection
 
 from allotment.db import raw_rows, tables
 from allotment.db.provider_cache import ProviderCaches
+from allotment.db.traits import UnknownTraits
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
 from allotment.domain.provider_tree import SHARING_TRAIT, Provider, ProviderInventory, ProviderSnapshot
@@ -100,13 +101,6 @@ def _rows(conn: Connection, statement: sa.Executable, params: dict) -> Sequence[
     """All rows at once (one ``fetchall``), without SQLAlchemy's per-statement
     work (:mod:`allotment.db.raw_rows`)."""
     return raw_rows.rows(conn, statement, params)
-
-
-class UnknownTraits(BadRequest):
-    """A trait named in the query does not exist (Placement's message)."""
-
-    def __init__(self, names: Iterable[str]):
-        super().__init__(f"No such trait(s): {', '.join(sorted(names))}.")
 
 
 # ---------------------------------------------------------------------------

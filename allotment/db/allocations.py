@@ -29,7 +29,7 @@ worse (rewriting a consumer with the same or smaller amounts, moving it
 away, a migration that swaps consumers): per provider and class, a write is
 refused for capacity only when the usage after it exceeds the capacity *and*
 is larger than the usage before it.  The write knows that difference
-exactly (new amounts minus the consumers' old rows: ``WriteResult.growth``),
+exactly (new amounts minus the consumers' old rows: ``_growth``),
 because the generation swap of step 4 keeps every other writer that adds
 usage out until we commit.
 
@@ -81,7 +81,7 @@ from sqlalchemy.engine import Connection, Row
 
 from allotment.db import consumers, generations, raw_rows, tables
 from allotment.db.engine import prepared, utcnow
-from allotment.domain import capacity
+from allotment.domain import inventory_fit
 from allotment.domain.errors import BadRequest, ConcurrentUpdate, Conflict, NotFound
 
 ALLOC = tables.allocations
@@ -93,12 +93,16 @@ INV = tables.inventories
 # -- errors (messages are Placement's: clients match on them) --------------
 
 
-class ProviderNotFound(BadRequest):
+class AllocationNamesUnknownProvider(BadRequest):
+    """An allocation asks for a provider that does not exist (a 400: the request is wrong)."""
+
     def __init__(self, uuid: str):
         super().__init__(f"Allocation for resource provider '{uuid}' that does not exist.")
 
 
-class ResourceClassNotFound(BadRequest):
+class AllocationNamesUnknownClass(BadRequest):
+    """An allocation asks for a resource class that does not exist (a 400, as the provider's)."""
+
     def __init__(self, name: str):
         super().__init__(f"No such resource class {name}.")
 
@@ -202,21 +206,12 @@ class Claim:
     consumer_uuid: str
 
 
-@dataclass
-class WriteResult:
-    claims: list[Claim] = field(default_factory=list)
-    bumped_provider_ids: set[int] = field(default_factory=set)
-    #: (provider id, class id) -> how much the write changed that usage
-    #: (new amounts minus the consumers' old ones), for every claimed pair.
-    growth: dict[tuple[int, int], int] = field(default_factory=dict)
-
-
 # -- writing ------------------------------------------------------------------
 
 
 def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
                       incomplete_owner: tuple[str, str],
-                      lock_first: Iterable[int] = ()) -> WriteResult:
+                      lock_first: Iterable[int] = ()) -> None:
     """Replace the allocations of every consumer in ``requests`` (see the module doc).
 
     Each consumer uuid may appear once.  ``incomplete_owner`` is the
@@ -237,14 +232,14 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     release_ids = {row.provider_id for row in old_rows if row.consumer_uuid in emptied}
     for name in names:
         if name not in class_ids:
-            raise ResourceClassNotFound(name)
+            raise AllocationNamesUnknownClass(name)
     claims = [
         Claim(by_uuid[rp_uuid].id, rp_uuid, class_ids[name], name, amount, r.consumer_uuid)
         for r in requests
         for rp_uuid, resources in r.resources.items()
         for name, amount in resources.items()
     ]
-    if any(claim.amount > capacity.MAX_INT for claim in claims):
+    if any(claim.amount > inventory_fit.MAX_INT for claim in claims):
         # Larger than any column holds, and than any max_unit allows:
         # refuse with the constraint error before writing.
         _check_claims(conn, claims, after_write=False)
@@ -266,9 +261,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
              "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
             for c in claims
         ])
-    growth = _growth(claims, old_rows)
-    _check_claims(conn, claims, after_write=True, growth=growth)
-    return WriteResult(claims, bumped, growth)
+    _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows))
 
 
 def check_consumers_and_providers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
@@ -294,7 +287,7 @@ def _read_and_check(conn: Connection, requests: Sequence[ConsumerAllocations],
     _check_consumer_generations(requests, found.consumers)
     for uuid in wanted:
         if uuid not in found.providers:
-            raise ProviderNotFound(uuid)
+            raise AllocationNamesUnknownProvider(uuid)
     return found, names
 
 
@@ -302,7 +295,7 @@ def keep_new_consumers(conn: Connection, requests: Sequence[ConsumerAllocations]
                        incomplete_owner: tuple[str, str]) -> None:
     """Give every consumer among ``requests`` that has no record one at generation 0.
 
-    For a write that ``write_allocations`` refused with ``ProviderNotFound``,
+    For a write that ``write_allocations`` refused with ``AllocationNamesUnknownProvider``,
     in a transaction of its own: Placement records new consumers before it
     looks the providers up, and a write refused for an unknown provider
     leaves them behind (the next write of such a consumer must name
@@ -533,7 +526,7 @@ _INVENTORY_USAGE = prepared(
 
 
 #: An inventory record with the units allocated from it (``used``), named
-#: as the statement's columns (what ``capacity.InventoryLimits`` asks for).
+#: as the statement's columns (what ``inventory_fit.InventoryLimits`` asks for).
 _Record = collections.namedtuple("_Record", _INVENTORY_USAGE.selected_columns.keys())
 
 
@@ -566,9 +559,9 @@ def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
         record = records.get((claim.provider_id, claim.class_id))
         if record is None:
             raise InvalidInventory(claim.class_name, claim.provider_uuid)
-        if capacity.unit_violation(record, claim.amount) is not None:
+        if inventory_fit.unit_violation(record, claim.amount) is not None:
             raise ConstraintsViolated(claim.class_name, claim.provider_uuid)
-        if (after_write and int(record.used) > capacity.inventory_capacity(record)
+        if (after_write and int(record.used) > inventory_fit.inventory_capacity(record)
                 and (growth is None or growth.get((claim.provider_id, claim.class_id), 0) > 0)):
             raise CapacityExceeded(claim.class_name, claim.provider_uuid)
 

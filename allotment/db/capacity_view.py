@@ -6,7 +6,7 @@ whatever the size of the cloud:
 * ``overview``: the cloud's (or one aggregate's, or one trait's) sums per
   resource class, with provider, root and consumer counts, and the
   aggregates and traits there are to filter by.  The sums come from
-  :func:`allotment.db.capacity.filtered_sums`, the query behind the
+  :func:`allotment.db.resource_totals.filtered_sums`, the query behind the
   capacity gauges of ``GET /metrics``, so the two never disagree.
 * ``tree_page``: one page of provider trees (roots matching a search,
   sorted by name or by fullness, paged in SQL), each with every provider
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import capacity, tables
-from allotment.domain import capacity as rules
+from allotment.db import resource_totals, tables
+from allotment.domain import inventory_fit as rules
 
 RP = tables.resource_providers
 INV = tables.inventories
@@ -78,14 +78,14 @@ def _selected(aggregate: str | None, trait: str | None) -> sa.Select | None:
     return sa.select(RP.c.id).where(*conditions)
 
 
-def _sums_json(sums: capacity.Sums) -> dict:
+def _sums_json(sums: resource_totals.Sums) -> dict:
     return {"total": sums.total, "reserved": sums.reserved, "capacity": sums.capacity, "used": sums.used,
             "free": sums.capacity - sums.used}
 
 
 def overview(conn: Connection, aggregate: str | None = None, trait: str | None = None) -> dict:
     selected = _selected(aggregate, trait)
-    sums = capacity.filtered_sums(conn, selected)
+    sums = resource_totals.filtered_sums(conn, selected)
     count_rp = sa.select(sa.func.count(), sa.func.count(sa.case((RP.c.id == RP.c.root_provider_id, 1))))
     count_consumers = sa.select(sa.func.count(sa.distinct(ALLOC.c.consumer_id)))
     if selected is not None:
@@ -175,11 +175,11 @@ def _tree_fullness(members: list[dict]) -> float:
 
 
 def _inventory_rows(conn: Connection, provider_ids: Sequence[int]) -> dict[int, dict[str, dict]]:
-    usage = capacity.usage_cte()
+    usage = resource_totals.usage_cte()
     rows = conn.execute(
         sa.select(INV.c.resource_provider_id, RC.c.name, INV.c.total, INV.c.reserved, INV.c.min_unit,
                   INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, sa.func.coalesce(usage.c.used, 0))
-        .select_from(capacity.inventories_with_usage(usage))
+        .select_from(resource_totals.inventories_with_usage(usage))
         .where(INV.c.resource_provider_id.in_(provider_ids))).all()
     found: dict[int, dict[str, dict]] = defaultdict(dict)
     for pid, rc, total, reserved, min_unit, max_unit, step, ratio, used in rows:

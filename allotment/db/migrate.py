@@ -32,7 +32,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from allotment.db import reference_layout
-from allotment.db.engine import is_transient, set_wsrep_sync_wait
+from allotment.db.engine import is_transient, one_line, set_wsrep_sync_wait
 from allotment.db.reference_layout import SchemaNotReady
 
 __all__ = ["SchemaNotReady", "allotment_revision", "create_in", "current_revision", "head_revision",
@@ -115,6 +115,15 @@ def status(engine: Engine) -> tuple[bool, str]:
         return False, (f"Placement schema {theirs}, Allotment revision {ours}, latest is {head}: "
                        "run 'allotment db sync'")
     return True, f"Placement schema {theirs} (16.0.0), Allotment revision {head} (latest)"
+
+
+def why_unavailable(error: BaseException) -> str:
+    """One line on why the database cannot be served, for a log or a
+    terminal: a schema refusal as it is, any other error as ``database
+    error:`` and the driver's first line."""
+    if isinstance(error, SchemaNotReady):
+        return str(error)
+    return f"database error: {one_line(error)}"
 
 
 # Held while migrating so that processes starting together take turns; the

@@ -30,7 +30,6 @@ creating the same consumer is simply re-run.
 
 from __future__ import annotations
 
-import argparse
 from typing import Callable
 
 import sqlalchemy as sa

@@ -41,12 +41,11 @@ from sqlalchemy.engine import Connection
 from allotment.db import tables
 from allotment.db.engine import Database, utcnow
 from allotment.db.inventories import resource_class_ids
-from allotment.db.traits import list_traits
+from allotment.db.traits import UnknownTraits, list_traits
 from allotment.domain import resource_providers as domain
 from allotment.domain.errors import (
     PROVIDER_CANNOT_DELETE_PARENT,
     PROVIDER_IN_USE,
-    BadRequest,
     ConcurrentUpdate,
     Conflict,
     NotFound,
@@ -78,10 +77,6 @@ class TreeMoved(Exception):
 
 class InsertRace(Exception):
     """A concurrent writer took the uuid or name first: re-run to say which."""
-
-
-class UnknownTraits(BadRequest):
-    """Some traits named in a filter do not exist."""
 
 
 _COLUMNS = (
@@ -186,7 +181,7 @@ def _ends_before(conn: Connection, filters: ProviderFilters, trait_ids: Mapping[
 def _providers_fitting(class_id: int, amount: int) -> sa.Select:
     """Providers where one more allocation of ``amount`` of the class fits now.
 
-    The capacity rule of :mod:`allotment.domain.capacity`, in SQL:
+    The capacity rule of :mod:`allotment.domain.inventory_fit`, in SQL:
     ``used + amount <= (total - reserved) * allocation_ratio`` and the unit
     rules ``min_unit <= amount <= max_unit``, ``amount % step_size == 0``.
     The usage is a correlated sum over the (provider, class, used) index:
@@ -216,8 +211,8 @@ def _trait_ids(conn: Connection, traits: TraitExpression) -> dict[str, int]:
 
 
 def _unknown(traits: TraitExpression, ids: Mapping[str, int]) -> UnknownTraits | None:
-    missing = sorted(traits.unknown(ids))
-    return UnknownTraits(f"No such trait(s): {', '.join(missing)}.") if missing else None
+    missing = traits.unknown(ids)
+    return UnknownTraits(missing) if missing else None
 
 
 def _trait_conditions(traits: TraitExpression, ids: Mapping[str, int]) -> list[sa.ColumnElement[bool]]:

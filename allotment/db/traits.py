@@ -48,6 +48,13 @@ class ProviderTraits(NamedTuple):
     traits: list[Trait]
 
 
+class UnknownTraits(BadRequest):
+    """Traits named in a query (a filter, a request group) do not exist (Placement's message)."""
+
+    def __init__(self, names: Iterable[str]):
+        super().__init__(f"No such trait(s): {', '.join(sorted(names))}.")
+
+
 class NameTaken(Exception):
     """A concurrent writer inserted the same trait first: re-run the transaction."""
 

@@ -64,7 +64,7 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
-from allotment.domain import capacity as cap
+from allotment.domain import inventory_fit as cap
 from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)

@@ -612,7 +612,7 @@ class _Explainer:
         return counts, total, capped, unreached
 
     def _judge_trees(self, result: Explanation) -> None:
-        plan, request, snapshot = self.plan, self.request, self.snapshot
+        plan, request = self.plan, self.request
         counts, total, capped, unreached = self._count()
         result.available, result.capped = total, capped
         anchors = set(plan.anchor_roots(self.roots))
@@ -793,7 +793,7 @@ class _Explainer:
                                 "providers that could serve them")
 
     def _subtree_problem(self, domains: list[list[int]]) -> Problem:
-        plan, snapshot = self.plan, self.snapshot
+        plan = self.plan
         for idx in plan.subtree_sets:
             if not self._subtree_possible(idx, domains):
                 suffixes = tuple(plan.slots[i].suffix for i in idx)

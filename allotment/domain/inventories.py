@@ -6,7 +6,7 @@ the rule that spans fields — the record must leave a usable capacity —
 and Placement's wording for the errors every layer raises about
 inventories, so the API, the reshaper and the db layer say the same thing.
 
-Capacity arithmetic itself lives in :mod:`allotment.domain.capacity`.
+Capacity arithmetic itself lives in :mod:`allotment.domain.inventory_fit`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from allotment.domain import capacity
+from allotment.domain import inventory_fit
 from allotment.domain.errors import BadRequest, ConcurrentUpdate, InventoryInUse, NotFound
 
 #: The fields of an inventory record, in the order Placement shows them.
@@ -25,7 +25,7 @@ FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size", "allocation_
 DEFAULTS = {
     "reserved": 0,
     "min_unit": 1,
-    "max_unit": capacity.MAX_INT,
+    "max_unit": inventory_fit.MAX_INT,
     "step_size": 1,
     "allocation_ratio": 1.0,
 }
@@ -37,7 +37,7 @@ PROVIDER_CHANGED = ("Another thread concurrently updated the resource provider d
 
 @dataclass(frozen=True)
 class Inventory:
-    """One inventory record; satisfies ``capacity.InventoryLimits``."""
+    """One inventory record; satisfies ``inventory_fit.InventoryLimits``."""
 
     resource_class: str
     total: int
@@ -56,7 +56,7 @@ class Inventory:
 
     @property
     def capacity(self) -> int:
-        return capacity.inventory_capacity(self)
+        return inventory_fit.inventory_capacity(self)
 
     @property
     def last_modified(self) -> datetime.datetime | None:

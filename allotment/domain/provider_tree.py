@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
-from allotment.domain import capacity as cap
+from allotment.domain import inventory_fit as cap
 
 #: The trait that lets a provider's inventory be used by other trees that
 #: share one of its aggregates.
@@ -78,7 +78,7 @@ class ProviderInventory:
     def fits(self, amount: int) -> bool:
         """Could one more allocation of ``amount`` be made right now?
 
-        Same verdict as :func:`allotment.domain.capacity.amount_fits`,
+        Same verdict as :func:`allotment.domain.inventory_fit.amount_fits`,
         inlined because the solver calls it for every candidate provider.
         """
         return (self.min_unit <= amount <= self.max_unit

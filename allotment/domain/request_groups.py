@@ -30,8 +30,8 @@ import re
 import uuid as uuidlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from allotment.domain import errors, fastschema
-from allotment.domain.capacity import MAX_INT
+from allotment.domain import errors
+from allotment.domain.inventory_fit import MAX_INT
 
 Version = tuple[int, int]
 
@@ -496,48 +496,6 @@ def allocation_candidates_query_schema(version: Version) -> dict:
     return schema
 
 
-def validate_query_schema(pairs: Sequence[tuple[str, str]],
-                          schema: dict) -> None:
-    """Apply a query schema the way Placement does: to the *last* value of
-    each key, reporting jsonschema's own message.
-
-    Same verdict and message as ``jsonschema.validate`` (validator class
-    chosen from the schema, best-matching error), without checking the
-    schema itself against its meta-schema on every request, which costs
-    more than the rest of a small request; and a query the schema accepts
-    is let through by a quick check (:mod:`allotment.domain.fastschema`)
-    without jsonschema's search for the best error to report.
-    """
-    last = {key: value for key, value in pairs}
-    _, quick, validator = _validator(id(schema), schema)
-    if quick is not None and quick(last):
-        return
-    import jsonschema  # local: only this check needs it
-
-    error = jsonschema.exceptions.best_match(validator.iter_errors(last))
-    if error is not None:
-        raise _bad("Invalid query string parameters: %s" % error)
-
-
-_VALIDATORS: dict[int, tuple[dict, object, object]] = {}
-
-
-def _validator(key: int, schema: dict) -> tuple[dict, object, object]:
-    """(the schema, its quick check or None, its validator), per schema
-    object (schemas here are built once per microversion and kept, so
-    their ids are stable)."""
-    found = _VALIDATORS.get(key)
-    if found is None or found[0] is not schema:
-        import jsonschema
-
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)
-        # No format checker, as the validator's: ``format`` is not checked.
-        found = (schema, fastschema.compile(schema, None), cls(schema))
-        _VALIDATORS[key] = found
-    return found
-
-
 # ---------------------------------------------------------------------------
 # GET /allocation_candidates
 # ---------------------------------------------------------------------------
@@ -676,21 +634,17 @@ def _check_conflicting_traits(groups: Mapping[str, RequestGroup]) -> None:
 
 
 def parse_allocation_candidates(
-        pairs: Iterable[tuple[str, str]], version: Version, *,
-        validate_schema: bool = True) -> AllocationCandidatesRequest:
+        pairs: Iterable[tuple[str, str]], version: Version) -> AllocationCandidatesRequest:
     """Parse the query of ``GET /allocation_candidates`` (1.10+).
 
     ``pairs`` are the decoded ``(key, value)`` pairs in query-string order,
-    repeats included.  With ``validate_schema`` the query's JSON schema is
-    applied first (as Placement does); pass False only if the caller has
-    already validated it.
+    repeats included, that passed :func:`allocation_candidates_query_schema`
+    at ``version`` first (the API validates every route's query so, as
+    Placement does; values the schema does not look into are checked here).
 
     :raises allotment.domain.errors.BadRequest: with Placement's message.
     """
     pairs = list(pairs)
-    if validate_schema:
-        validate_query_schema(pairs, allocation_candidates_query_schema(
-            version))
 
     limit = group_policy = None
     root_traits = TraitExpression()

@@ -177,11 +177,11 @@ def test_capacity_gauges_equal_what_the_api_reports(metered):
 
 
 def test_capacity_is_read_once_per_cache_period(metered, monkeypatch):
-    from allotment.db import capacity
+    from allotment.db import resource_totals
 
     calls = []
-    real = capacity.capacity_sums
-    monkeypatch.setattr(capacity, "capacity_sums", lambda conn: calls.append(1) or real(conn))
+    real = resource_totals.capacity_sums
+    monkeypatch.setattr(resource_totals, "capacity_sums", lambda conn: calls.append(1) or real(conn))
     _, api = metered(allotment__metrics_capacity_cache_seconds=3600)
     scrape(api)
     scrape(api)

@@ -10,6 +10,7 @@ import json
 
 from allotment import cli
 from allotment.api import openapi
+from allotment.api.routes import TABLE
 from allotment.api.microversion import MAX_VERSION, Version
 
 
@@ -17,7 +18,7 @@ def test_served_without_a_token(api):
     response = api.get("/allotment/openapi.json", token="")
     assert response.status == 200, response
     assert response.headers["Content-Type"] == "application/json"
-    assert response.json == openapi.document(MAX_VERSION)
+    assert response.json == openapi.document(TABLE, MAX_VERSION)
 
 
 def test_one_document_per_microversion(api):
@@ -57,7 +58,7 @@ def test_the_command_writes_the_served_document(api, capsys, tmp_path):
     assert cli.main(["openapi", "--microversion", "1.20"]) == 0
     written = json.loads(capsys.readouterr().out)
     assert written == api.get("/allotment/openapi.json?microversion=1.20").json
-    assert written == openapi.document(Version(1, 20))
+    assert written == openapi.document(TABLE, Version(1, 20))
     target = tmp_path / "openapi.json"
     assert cli.main(["openapi", "-o", str(target)]) == 0
     assert json.loads(target.read_text())["info"]["version"] == str(MAX_VERSION)

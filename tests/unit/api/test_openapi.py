@@ -25,12 +25,12 @@ import pytest
 from allotment.api import openapi
 from allotment.api.http import _FORMAT_CHECKER
 from allotment.api.microversion import MAX_VERSION, Version
-from allotment.api.routes import OWN_ROUTES, ROUTES
+from allotment.api.routes import OWN_ROUTES, ROUTES, TABLE
 
 
 @pytest.fixture(scope="module")
 def documents() -> dict[Version, dict]:
-    return {version: openapi.document(version) for version in openapi.versions()}
+    return {version: openapi.document(TABLE, version) for version in openapi.versions()}
 
 
 @pytest.mark.skipif(os.environ.get("ALLOTMENT_TEST_BACKEND", "sqlite") != "sqlite",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from allotment.api.app import new_request_id
+from allotment.api.request_id import new_request_id
 
 
 def test_request_ids_are_version_4_uuids_spelled_as_uuid4():

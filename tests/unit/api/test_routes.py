@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from allotment.api.microversion import Version, Versioned
-from allotment.api.routes import E, OWN_PREFIX, OWN_ROUTES, ROUTES, schema_at
+from allotment.api import resource_providers, root, traits
+from allotment.api.endpoint import OWN_PREFIX, Answer, Endpoint, schema_at
+from allotment.api.routes import OWN_ROUTES, ROUTES
 
 
 def test_versioned_steps():
@@ -15,11 +17,20 @@ def test_versioned_steps():
 
 
 def test_success_statuses_by_version():
-    endpoint = E("resource_providers:create_resource_provider", None, ok="1.0: 201; 1.20: 200 json")
+    endpoint = Endpoint(resource_providers.create_resource_provider, None,
+                        answers=(Answer(201), Answer(200, json=True, since=Version(1, 20))))
     assert endpoint.answers_at(Version(1, 19)) == [(201, False)]
     assert endpoint.answers_at(Version(1, 20)) == [(200, True)]
-    assert E("traits:put_trait", None, "1.6", ok="201, 204").answers_at(Version(1, 6)) == [(201, False), (204, False)]
-    assert E("root:home", None).answers_at(Version(1, 0)) == [(200, True)]
+    put_trait = Endpoint(traits.put_trait, None, min_version=Version(1, 6), answers=(Answer(201), Answer(204)))
+    assert put_trait.answers_at(Version(1, 5)) == []
+    assert put_trait.answers_at(Version(1, 6)) == [(201, False), (204, False)]
+    assert Endpoint(root.home, None).answers_at(Version(1, 0)) == [(200, True)]
+
+
+def test_a_body_schema_means_a_json_body_unless_said_otherwise():
+    assert Endpoint(root.home, None, body={"type": "object"}).accepts_json is True
+    assert Endpoint(root.home, None, body={"type": "object"}, accepts_json=False).accepts_json is False
+    assert Endpoint(root.home, None).accepts_json is False
 
 
 def test_every_declared_schema_resolves_at_every_version_the_route_serves():
@@ -27,8 +38,8 @@ def test_every_declared_schema_resolves_at_every_version_the_route_serves():
         for template, methods in table.items():
             for method, endpoint in methods.items():
                 for minor in range(endpoint.min_version.minor, 40):
-                    for reference in (endpoint.body, endpoint.query):
-                        schema = schema_at(reference, Version(1, minor))
+                    for declared in (endpoint.body, endpoint.query):
+                        schema = schema_at(declared, Version(1, minor))
                         assert schema is None or isinstance(schema, dict), (method, template, minor)
                 if (method, template) != ("PUT", "/resource_classes/{name}"):  # its handler checks
                     assert (endpoint.body is not None) == endpoint.accepts_json, (method, template)

@@ -1,7 +1,8 @@
 """Parsing the query language of GET /allocation_candidates.
 
 Messages are asserted verbatim where clients (and the upstream functional
-suite) match on them.
+suite) match on them.  A query is checked against its JSON schema first,
+as the API checks every route's query (``http.check_query``), then parsed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from allotment.api.errors import HTTPError
+from allotment.api.http import check_query
 from allotment.domain import errors
 from allotment.domain import request_groups as rg
 
@@ -19,12 +22,13 @@ RP1 = "33333333-3333-4333-8333-333333333333"
 
 
 def parse(query: str, version=(1, 39)):
-    return rg.parse_allocation_candidates(
-        parse_qsl(query, keep_blank_values=True), version)
+    pairs = parse_qsl(query, keep_blank_values=True)
+    check_query(pairs, rg.allocation_candidates_query_schema(version))
+    return rg.parse_allocation_candidates(pairs, version)
 
 
-def error(query: str, version=(1, 39)) -> errors.BadRequest:
-    with pytest.raises(errors.BadRequest) as info:
+def error(query: str, version=(1, 39)) -> errors.BadRequest | HTTPError:
+    with pytest.raises((errors.BadRequest, HTTPError)) as info:
         parse(query, version)
     return info.value
 
@@ -263,8 +267,7 @@ class TestSchema:
     def test_without_schema_odd_values_still_rejected(self):
         with pytest.raises(errors.BadRequest):
             rg.parse_allocation_candidates(
-                [("resources", "VCPU:1"), ("limit", "cow")], (1, 16),
-                validate_schema=False)
+                [("resources", "VCPU:1"), ("limit", "cow")], (1, 16))
 
 
 # ---------------------------------------------------------------------------

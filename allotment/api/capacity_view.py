@@ -33,6 +33,7 @@ import webob
 from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_response, query_params
 from allotment.db import capacity_view as db
+from allotment.db import resource_totals
 
 MAX_PAGE = 200
 MAX_NAMES = 500
@@ -130,7 +131,7 @@ def projects(req: Request) -> webob.Response:
     _enabled(req)
     with req.app.db.read() as conn:
         found = db.project_usages(conn)
-        cloud = db.capacity.filtered_sums(conn)
+        cloud = resource_totals.filtered_sums(conn)
     body = {"projects": found,
             "cloud": {rc: {"capacity": sums.capacity, "used": sums.used} for rc, sums in sorted(cloud.items())}}
     return json_response(req, body, cache_headers=False)

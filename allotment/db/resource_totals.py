@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import tables
-from allotment.domain import capacity as rules
+from allotment.domain import inventory_fit as rules
 
 INV = tables.inventories
 RC = tables.resource_classes

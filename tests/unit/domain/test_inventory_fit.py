@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from allotment.domain import capacity as cap
+from allotment.domain import inventory_fit as cap
 from allotment.domain.provider_tree import ProviderInventory
 
 
