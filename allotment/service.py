@@ -112,7 +112,7 @@ def fill_provider_mirror(app) -> float | None:
     worker.  A failure is logged and left to the workers' first reads."""
     from allotment.db import changes
 
-    mirror = app.provider_mirror
+    mirror = app.state.mirror
     if mirror is None:
         return None
     started = time.perf_counter()
