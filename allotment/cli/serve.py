@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     except common.schema_errors() as error:
         LOG.error("not serving: %s", common.one_line(error))
         return 1
+    seconds = service.fill_provider_mirror(app)
+    if seconds is not None:
+        LOG.info("provider mirror read in %.2f s, before the workers start", seconds)
     app.db.dispose()  # never share the migration's connections with forked workers
     workers = args.workers or max(2, os.cpu_count() or 1)
     server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,

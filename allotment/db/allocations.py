@@ -256,11 +256,13 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         conn.execute(_DELETE_ROWS, {"ids": old_ids})
     if claims:
         now = utcnow()
-        conn.execute(_INSERT_ROW, [
-            {"resource_provider_id": c.provider_id, "consumer_id": c.consumer_uuid,
-             "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
-            for c in claims
-        ])
+        rows = [{"resource_provider_id": c.provider_id, "consumer_id": c.consumer_uuid,
+                 "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
+                for c in claims]
+        if conn.dialect.name == "sqlite":
+            raw_rows.write(conn, _INSERT_ROW, rows)  # the DBAPI's executemany, as SQLAlchemy's
+        else:
+            conn.execute(_INSERT_ROW, rows)  # one multi-row INSERT (SQLAlchemy's insertmanyvalues)
     _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows))
 
 
@@ -344,7 +346,8 @@ _CONSUMERS_AND_ROWS = sa.union_all(
     .where(ALLOC.c.consumer_id.in_(sa.bindparam("row_uuids", expanding=True))),
 )
 _DELETE_ROWS = prepared(sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True))))
-_INSERT_ROW = sa.insert(ALLOC)
+_INSERT_ROW = sa.insert(ALLOC).values({name: sa.bindparam(name) for name in (
+    "resource_provider_id", "consumer_id", "resource_class_id", "used", "created_at", "updated_at")})
 _T = tables.consumer_types
 
 

@@ -33,7 +33,7 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import tables
+from allotment.db import raw_rows, tables
 from allotment.db.engine import prepared, utcnow
 from allotment.domain.errors import ConcurrentUpdate
 
@@ -54,9 +54,9 @@ _SWAP_CONSUMER = _swap(CONSUMERS)
 
 def bump_provider(conn: Connection, provider_id: int, expected: int, *, uuid: str | None = None) -> int:
     """Advance one provider's generation from ``expected``; returns the new one."""
-    result = conn.execute(_SWAP_PROVIDER, {"swap_id": provider_id, "expected": expected,
-                                           "new": expected + 1, "now": utcnow()})
-    if result.rowcount != 1:
+    swapped = raw_rows.write(conn, _SWAP_PROVIDER, {"swap_id": provider_id, "expected": expected,
+                                                    "new": expected + 1, "now": utcnow()})
+    if swapped != 1:
         raise ConcurrentUpdate(
             f"resource provider {uuid or provider_id} generation conflict: another process updated it. "
             "Please retry your update"
@@ -87,9 +87,9 @@ def lock_providers(conn: Connection, provider_ids: Iterable[int]) -> None:
 
 
 def bump_consumer(conn: Connection, consumer_id: int, expected: int, *, uuid: str | None = None) -> int:
-    result = conn.execute(_SWAP_CONSUMER, {"swap_id": consumer_id, "expected": expected,
-                                           "new": expected + 1, "now": utcnow()})
-    if result.rowcount != 1:
+    swapped = raw_rows.write(conn, _SWAP_CONSUMER, {"swap_id": consumer_id, "expected": expected,
+                                                    "new": expected + 1, "now": utcnow()})
+    if swapped != 1:
         raise ConcurrentUpdate(
             f"consumer {uuid or consumer_id} generation conflict: another process updated it. "
             "Please retry your update"

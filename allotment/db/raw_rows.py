@@ -71,10 +71,13 @@ class _Value:
 class _Plan:
     """How to run one statement with lists of given lengths."""
 
-    __slots__ = ("text", "recipe", "raw", "prepare", "execute")
+    __slots__ = ("text", "recipe", "raw", "prepare", "execute", "binds")
 
     def __init__(self, text: str, recipe: tuple, placeholders: int, raw: bool | None, postgresql: bool):
         self.text = text
+        #: writes: the bind processor of each placeholder (None: the value
+        #: as it is), or None when no placeholder has one
+        self.binds: tuple | None = None
         #: where the placeholders' values come from, in order: (name, None,
         #: None) a value, (name, start, stop) that slice of a list (one run
         #: of placeholders, not one entry each: a list of 16,384 ids would
@@ -141,8 +144,14 @@ def _plan(dialect, statement: sa.Executable, params: dict, key: tuple) -> _Plan:
             recipe[-1] = (value.name, recipe[-1][1], value.index + 1)
         else:
             recipe.append((value.name, value.index, value.index + 1))
-    return _Plan(text, tuple(recipe), len(order), False if expanded.processors else None,
+    plan = _Plan(text, tuple(recipe), len(order), False if expanded.processors else None,
                  dialect.name == "postgresql")
+    # For writes: every placeholder's converter, the expanded ones' and
+    # the others' (SQLAlchemy keeps the latter on the compiled form only).
+    converters = {**compiled._bind_processors, **expanded.processors}
+    if any(name in converters for name in order):
+        plan.binds = tuple(converters.get(name) for name in order)
+    return plan
 
 
 def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
@@ -206,3 +215,54 @@ def _no_result_processing(dialect, statement: sa.Executable, description) -> boo
         return False
     return all(column.type.dialect_impl(dialect).result_processor(dialect, info[1]) is None
                for column, info in zip(columns, description))
+
+
+def write(conn: Connection, statement: sa.Executable, params: dict | list[dict]) -> int:
+    """Run an ``INSERT``, ``UPDATE`` or ``DELETE`` with scalar parameters
+    (a list of them: once for each, on the cursor's ``executemany``) on
+    the DBAPI cursor, in ``conn``'s transaction; the rows it touched.
+
+    What :func:`rows` does for reads, for the writes of a claim: the
+    generation swaps and the rows inserted.  Values are converted as
+    SQLAlchemy's bind processors would (SQLite keeps timestamps as text).
+    An error is raised as ``conn.execute`` raises it and the statement is
+    never run again (a write runs inside a transaction)."""
+    dialect = conn.dialect
+    many = isinstance(params, list)
+    sample = params[0] if many else params
+    key = (statement, _dialect_key(dialect), ())
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= MAX_ENTRIES:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(dialect, statement, sample, key)
+    binds = plan.binds
+    recipe = plan.recipe
+
+    def values_of(one: dict) -> list:
+        values = [start if name is None else one[name] for name, start, _ in recipe]
+        if binds is not None:
+            values = [value if bind is None or value is None else bind(value)
+                      for bind, value in zip(binds, values)]
+        return values
+
+    dbapi_conn = conn.connection
+    cursor = dbapi_conn.cursor()
+    try:
+        text = plan.text
+        try:
+            if many:
+                values = [values_of(one) for one in params]
+                cursor.executemany(text, values)
+            else:
+                values = values_of(params)
+                if plan.prepare is not None:
+                    text = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute) or text
+                cursor.execute(text, values)
+        except dialect.dbapi.Error as error:
+            if plan.prepare is not None:
+                forget_prepared(dbapi_conn, plan.text)
+            _raise(conn, error, plan.text, values, cursor)
+        return cursor.rowcount
+    finally:
+        cursor.close()

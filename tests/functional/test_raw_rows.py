@@ -126,6 +126,44 @@ def test_failed_read_in_a_write_is_raised_not_run_again(app):
     assert [text for text in sent if "no_such_table" in text] == []
 
 
+def test_writes_store_what_sqlalchemy_stores(app):
+    """A row written on the cursor (one, and several at once) reads back as
+    one written by ``conn.execute``: timestamps converted as SQLAlchemy
+    converts them (SQLite keeps them as text), the touched rows counted."""
+    when = engine.utcnow()
+    names = [f"CUSTOM_RAW_WRITE_{k}" for k in range(4)]
+    insert = sa.insert(tables.traits).values(name=sa.bindparam("name"), created_at=sa.bindparam("at"))
+    with app.db.write() as conn:
+        assert raw_rows.write(conn, insert, {"name": names[0], "at": when}) == 1
+        raw_rows.write(conn, insert, [{"name": name, "at": when} for name in names[1:3]])
+        conn.execute(insert, {"name": names[3], "at": when})
+        rename = sa.update(tables.traits).where(tables.traits.c.name == sa.bindparam("old")).values(
+            name=sa.bindparam("new"), updated_at=sa.bindparam("at"))
+        assert raw_rows.write(conn, rename, {"old": names[2], "new": names[2] + "_X", "at": when}) == 1
+        assert raw_rows.write(conn, rename, {"old": "CUSTOM_NO_SUCH", "new": "CUSTOM_Y", "at": when}) == 0
+    with app.db.read() as conn:
+        found = conn.execute(sa.select(tables.traits.c.name, tables.traits.c.created_at,
+                                       sa.cast(tables.traits.c.created_at, sa.String))
+                             .where(tables.traits.c.name.like("CUSTOM_RAW_WRITE_%"))
+                             .order_by(tables.traits.c.name)).all()
+    assert [row[0] for row in found] == [names[0], names[1], names[2] + "_X", names[3]]
+    assert {row[1] for row in found} <= {when, when.replace(microsecond=0)}  # MySQL: whole seconds
+    assert len({row[1] for row in found}) == len({row[2] for row in found}) == 1  # stored alike
+
+
+def test_failed_write_is_sqlalchemys_error_and_not_run_again(app):
+    insert = sa.insert(tables.traits).values(name=sa.bindparam("name"), created_at=sa.bindparam("at"))
+    sent = _statements_sent(app.db.engine)
+    with pytest.raises(sa.exc.IntegrityError):
+        with app.db.write() as conn:
+            raw_rows.write(conn, insert, {"name": "CUSTOM_RAW_TWICE", "at": engine.utcnow()})
+            raw_rows.write(conn, insert, {"name": "CUSTOM_RAW_TWICE", "at": engine.utcnow()})
+    assert [text for text in sent if "INSERT" in text] == []
+    with app.db.read() as conn:  # the transaction rolled back whole
+        assert conn.execute(sa.select(tables.traits.c.id).where(
+            tables.traits.c.name == "CUSTOM_RAW_TWICE")).all() == []
+
+
 @pytest.mark.skipif(BACKEND != "mysql", reason="a deadlock's victim is rolled back whole on MySQL/MariaDB")
 def test_deadlock_victim_read_is_raised_and_its_writes_not_committed(app):
     """The transaction that loses a deadlock in a raw read is rolled back by

@@ -318,3 +318,63 @@ def test_wsgi_application_finds_its_config_through_os_placement_config_dir(fresh
     head = run_allotment("status", "--config-file", str(config))
     assert version.returncode == 0 and version.stdout.strip() not in ("", "None")
     assert head.returncode == 0, head.stdout + head.stderr
+
+
+# -- the provider mirror, read before the workers are forked --------------
+
+def _put(live: LiveServer, path: str, body: dict, version: str = "1.39"):
+    headers = {"X-Auth-Token": "admin", "OpenStack-API-Version": f"placement {version}"}
+    return requests.put(live.url + path, json=body, headers=headers, timeout=30)
+
+
+def test_workers_start_with_the_provider_mirror_read_by_the_master(fresh_db, tmp_path):
+    """``allotment serve`` reads every provider once, before it forks: the
+    workers' first candidate answers read only what changed since, and a
+    change made after the fork is in the next answer."""
+    from allotment.db import changes
+    from tests.conftest import BACKEND
+
+    if BACKEND not in changes.NOTING_BACKENDS:
+        pytest.skip(f"no provider mirror on {BACKEND}")
+    config = write_config(tmp_path / "seed", fresh_db)
+    uuids = [f"00000000-0000-4000-8000-00000000000{index}" for index in range(3)]
+    with running(config) as live:
+        for index, uuid in enumerate(uuids):
+            created = requests.post(live.url + "/resource_providers",
+                                    json={"name": f"host{index}", "uuid": uuid},
+                                    headers={"X-Auth-Token": "admin",
+                                             "OpenStack-API-Version": "placement 1.39"}, timeout=30)
+            assert created.status_code == 200, created.text
+            answer = _put(live, f"/resource_providers/{uuid}/inventories",
+                          {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+            assert answer.status_code == 200, answer.text
+    with running(config, "--workers", "2", "--threads", "2") as live:
+        started = live.log()
+        assert "read every provider (3)" in started and "before the workers start" in started, started
+        path = "/allocation_candidates?resources=VCPU:4"
+        counts = []
+
+        def client():
+            for _ in range(5):
+                answer = get(live, path, version="1.39")
+                counts.append(len(answer.json()["allocation_requests"]) if answer.ok else answer.status_code)
+
+        threads = [threading.Thread(target=client) for _ in range(6)]  # new connections: both workers
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert counts == [3] * 30
+        fourth = "00000000-0000-4000-8000-000000000009"
+        requests.post(live.url + "/resource_providers", json={"name": "host9", "uuid": fourth},
+                      headers={"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"},
+                      timeout=30).raise_for_status()
+        _put(live, f"/resource_providers/{fourth}/inventories",
+             {"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}}).raise_for_status()
+        for _ in range(8):
+            answer = get(live, path, version="1.39")
+            assert answer.status_code == 200 and len(answer.json()["allocation_requests"]) == 4
+        log = live.log()
+    assert log.count("provider mirror: read every provider") == 1, log
+    worker_pids = {line.split()[2] for line in log.splitlines() if "GET /allocation_candidates" in line}
+    assert len(worker_pids) == 2, log
