@@ -108,12 +108,12 @@ allotment_opts = [
     cfg.IntOpt("candidates_cache_mb", default=32, min=0,
                help="Memory (MiB of JSON, per worker process) for reusing answers of GET "
                     "/allocation_candidates while none of the tables they are computed from has changed "
-                    "(checked on every request, whoever wrote; see the README). 0 turns reuse off. Unused on "
+                    "(checked on every request, whoever wrote; see docs/operations.md). 0 turns reuse off. Unused on "
                     "MySQL/MariaDB and with [placement] randomize_allocation_candidates."),
     cfg.BoolOpt("provider_mirror", default=True,
                 help="Keep every resource provider in memory in each worker process, brought up to date at "
                      "each GET /allocation_candidates by reading again only the providers the database notes "
-                     "as changed, whoever wrote (SQLite; see the README). Off: each answer not reused reads "
+                     "as changed, whoever wrote (SQLite; see docs/operations.md). Off: each answer not reused reads "
                      "the providers it needs."),
     cfg.BoolOpt("pg_prepared_statements", default=True,
                 help="PostgreSQL: plan the statements run on every request once per database connection "
