@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 from types import SimpleNamespace
 
 import orjson
@@ -151,6 +152,28 @@ class _Client:
         return self.sent[1]["body"]
 
 
+def _run(coroutine):
+    """``asyncio.run`` in a thread of its own: a test that ran earlier in
+    this process (Playwright's sync API, in the browser tests) may leave
+    an event loop running in the main thread, where asyncio.run refuses."""
+    import asyncio
+
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["value"] = asyncio.run(coroutine)
+        except BaseException as error:  # re-raised in the test's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 def _echo_app(seen: list):
     def app(environ, start_response):
         body = environ["wsgi.input"].read()
@@ -166,7 +189,7 @@ def _serve(scope, client, *, limit=1000, timeout=5.0, seen=None, buffer=server.B
 
     seen = [] if seen is None else seen
     adapter = server._BodyFirst(_echo_app(seen), threads=2, body_limit=limit, body_timeout=timeout, buffer=buffer)
-    asyncio.run(adapter(scope, client.receive, client.send))
+    _run(adapter(scope, client.receive, client.send))
     return seen
 
 
@@ -253,7 +276,7 @@ def test_large_bodies_wait_for_room_in_the_buffer_within_their_time_limit():
             adapter(_post("100"), small.receive, small.send))
         return stalled, waiting, small
 
-    stalled, waiting, small = asyncio.run(scenario())
+    stalled, waiting, small = _run(scenario())
     assert small.status == 200  # a small body never waits for room
     assert stalled.status == 408
     # The second large body found the room taken: its time ran out while it waited.
@@ -267,5 +290,5 @@ def test_the_worker_rules_hold_behind_the_adapter():
     worker = server._Worker(_fake_app(seen), timeout=0, environment={})
     adapter = server._BodyFirst(worker, threads=1, body_limit=1000)
     client = _Client()
-    asyncio.run(adapter(_scope(b"/resource_providers", query=b"name=" + b"a" * 8200), client.receive, client.send))
+    _run(adapter(_scope(b"/resource_providers", query=b"name=" + b"a" * 8200), client.receive, client.send))
     assert client.status == 414 and seen == []
