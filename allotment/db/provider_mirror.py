@@ -171,11 +171,21 @@ class ProviderMirror:
         state = self._state
         if state is not None and state[0] == number:
             return state[1]
+        seen = state
         with self._lock:
             state = self._state
             if state is not None and state[0] == number:
                 return state[1]
             if conn.dialect.name == "postgresql":
+                if state is not seen and state is not None and changes.went_back(number, state[0]) is None:
+                    # Another thread brought the mirror here while this one
+                    # waited, and its number is not below this request's: it
+                    # was read no earlier, so it holds every write this
+                    # request must see (reads on PostgreSQL run without a
+                    # transaction: a newer mirror is what a refresh of its
+                    # own would give).  Readers queued behind one refresh
+                    # thus do not each refresh again in turn.
+                    return state[1]
                 return self._pg_snapshot(conn, state)
             changed = None
             if state is not None:
