@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from oslo_config import cfg
 
 from allotment import config, logs
-from allotment.db import migrate, standard_names
+from allotment.db import changes, migrate, standard_names
 from allotment.db.engine import Database, database_from_config, one_line
 
 __all__ = ["build_application", "database_from_config", "fill_provider_mirror", "load_config",
@@ -110,8 +110,6 @@ def fill_provider_mirror(app) -> float | None:
     providers).  The server listens only once it is done, so the cost
     moves from the first requests to start-up, once instead of once a
     worker.  A failure is logged and left to the workers' first reads."""
-    from allotment.db import changes
-
     mirror = app.state.mirror
     if mirror is None:
         return None
@@ -122,7 +120,6 @@ def fill_provider_mirror(app) -> float | None:
             if mirror.snapshot(conn, number) is None:
                 return None
     except sa.exc.SQLAlchemyError as error:
-        LOG.warning("provider mirror not read before the workers start: %s",
-                    (str(error).strip().splitlines() or [type(error).__name__])[0])
+        LOG.warning("provider mirror not read before the workers start: %s", one_line(error))
         return None
     return time.perf_counter() - started

@@ -154,18 +154,25 @@ def _plan(dialect, statement: sa.Executable, params: dict, key: tuple) -> _Plan:
     return plan
 
 
-def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
-    """All rows of a read-only ``statement``, a list of tuples (or of
-    SQLAlchemy rows; see the module doc)."""
-    dialect = conn.dialect
-    params = {name: _padded(value) if isinstance(value, list) else value for name, value in params.items()}
-    key = (statement, _dialect_key(dialect),
-           tuple([(name, len(value)) for name, value in params.items() if isinstance(value, list)]))
+def _plan_of(dialect, statement: sa.Executable, params: dict, lists: tuple) -> _Plan:
+    """The kept plan of ``statement`` on ``dialect`` with lists of the
+    lengths ``lists`` gives ((name, length) pairs), made on first use."""
+    key = (statement, _dialect_key(dialect), lists)
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= MAX_ENTRIES:
             _PLANS.clear()
         plan = _PLANS[key] = _plan(dialect, statement, params, key)
+    return plan
+
+
+def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
+    """All rows of a read-only ``statement``, a list of tuples (or of
+    SQLAlchemy rows; see the module doc)."""
+    dialect = conn.dialect
+    params = {name: _padded(value) if isinstance(value, list) else value for name, value in params.items()}
+    plan = _plan_of(dialect, statement, params,
+                    tuple([(name, len(value)) for name, value in params.items() if isinstance(value, list)]))
     if plan.raw is False:
         return conn.execute(statement, params).all()
     values: list = []
@@ -230,12 +237,7 @@ def write(conn: Connection, statement: sa.Executable, params: dict | list[dict])
     dialect = conn.dialect
     many = isinstance(params, list)
     sample = params[0] if many else params
-    key = (statement, _dialect_key(dialect), ())
-    plan = _PLANS.get(key)
-    if plan is None:
-        if len(_PLANS) >= MAX_ENTRIES:
-            _PLANS.clear()
-        plan = _PLANS[key] = _plan(dialect, statement, sample, key)
+    plan = _plan_of(dialect, statement, sample, ())
     binds = plan.binds
     recipe = plan.recipe
 
