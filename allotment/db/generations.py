@@ -52,16 +52,20 @@ _SWAP_PROVIDER = _swap(RP)
 _SWAP_CONSUMER = _swap(CONSUMERS)
 
 
-def bump_provider(conn: Connection, provider_id: int, expected: int, *, uuid: str | None = None) -> int:
-    """Advance one provider's generation from ``expected``; returns the new one."""
-    swapped = raw_rows.write(conn, _SWAP_PROVIDER, {"swap_id": provider_id, "expected": expected,
-                                                    "new": expected + 1, "now": utcnow()})
+def _advance(conn: Connection, swap: sa.Update, row_id: int, expected: int, what: str) -> int:
+    """The compare-and-swap ``swap`` of one row from ``expected``; the new
+    generation, or ConcurrentUpdate naming ``what`` when the row moved."""
+    swapped = raw_rows.write(conn, swap, {"swap_id": row_id, "expected": expected,
+                                          "new": expected + 1, "now": utcnow()})
     if swapped != 1:
         raise ConcurrentUpdate(
-            f"resource provider {uuid or provider_id} generation conflict: another process updated it. "
-            "Please retry your update"
-        )
+            f"{what} generation conflict: another process updated it. Please retry your update")
     return expected + 1
+
+
+def bump_provider(conn: Connection, provider_id: int, expected: int, *, uuid: str | None = None) -> int:
+    """Advance one provider's generation from ``expected``; returns the new one."""
+    return _advance(conn, _SWAP_PROVIDER, provider_id, expected, f"resource provider {uuid or provider_id}")
 
 
 def bump_providers(conn: Connection, expected: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -87,11 +91,5 @@ def lock_providers(conn: Connection, provider_ids: Iterable[int]) -> None:
 
 
 def bump_consumer(conn: Connection, consumer_id: int, expected: int, *, uuid: str | None = None) -> int:
-    swapped = raw_rows.write(conn, _SWAP_CONSUMER, {"swap_id": consumer_id, "expected": expected,
-                                                    "new": expected + 1, "now": utcnow()})
-    if swapped != 1:
-        raise ConcurrentUpdate(
-            f"consumer {uuid or consumer_id} generation conflict: another process updated it. "
-            "Please retry your update"
-        )
-    return expected + 1
+    """Advance one consumer's generation from ``expected``; returns the new one."""
+    return _advance(conn, _SWAP_CONSUMER, consumer_id, expected, f"consumer {uuid or consumer_id}")
