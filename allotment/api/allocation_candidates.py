@@ -228,8 +228,12 @@ def generation_cap(conf) -> tuple[int, str]:
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        number = None if req.app.state.mirror is None else changes.read_number(conn)[0]
-        found = _found(req, conn, request, number)
+        # Read even without a mirror: it tells when the PostgreSQL log is due
+        # to be folded, which nothing else would do without reused answers.
+        number, compact_due = changes.read_number(conn)
+        found = _found(req, conn, request, None if req.app.state.mirror is None else number)
+    if compact_due:
+        _compact(req)
     if req.app.metrics is not None:
         req.app.metrics.observe_candidates(len(found.allocation_requests))
     return _shaped(req, request, found)

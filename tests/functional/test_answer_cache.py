@@ -335,6 +335,31 @@ def test_the_log_is_folded_into_the_counter(apps):
         assert conn.execute(sa.text(f"SELECT count(*) FROM {changes.LOG}")).scalar() == 0
 
 
+@pytest.mark.parametrize("mirror", [True, False])
+def test_the_log_is_folded_without_reused_answers(db_url, mirror):
+    """PostgreSQL: with answers never reused (``candidates_cache_mb = 0``,
+    or ``randomize_allocation_candidates``), candidate requests still fold
+    the log once it is due, so that it does not grow without end."""
+    if BACKEND != "postgresql":
+        pytest.skip("the log exists on PostgreSQL only")
+    application = _application(db_url, 0, mirror=mirror)
+    outside = sa.create_engine(db_url)
+    try:
+        _empty_tables(outside)
+        with outside.begin() as conn:
+            cloud = Cloud(conn)
+        api = ApiClient(application)
+        for pick in range(changes.COMPACT_AT + 1):
+            with outside.begin() as conn:
+                _write_raw(cloud, conn, "generation", pick, 1)
+        api.get("/allocation_candidates?resources=VCPU:1")
+        with outside.connect() as conn:
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {changes.LOG}")).scalar() == 0
+    finally:
+        outside.dispose()
+        application.db.dispose()
+
+
 def test_memory_stays_within_its_bound():
     from allotment.api.answer_cache import ENTRY_OVERHEAD, Answer, AnswerCache
 
