@@ -417,16 +417,55 @@ def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, s
         folded, triggers, logged, provider_log, compacted, *identity = cursor.fetchone()
     finally:
         cursor.close()
-    number, _ = _number("postgresql", None if folded is None else _with_token(
-        int(folded) + len(logged), _pg_identity(*identity)), triggers, 0)
-    if number is None:
+    notes = _pg_notes_of(folded, triggers, logged, identity)
+    if notes is None:
         return None, None
-    notes = PgNotes(number, int(folded), frozenset(logged))
-    if since is None or went_back(since.number, number):
+    if since is None or went_back(since.number, notes.number):
         return notes, None
     changed = {int(pid) for txid, pid in provider_log if txid not in since.seen}
     changed.update(int(pid) for pid in compacted)
     return notes, changed
+
+
+def _pg_notes_of(folded, triggers, logged, identity) -> PgNotes | None:
+    number, _ = _number("postgresql", None if folded is None else _with_token(
+        int(folded) + len(logged), _pg_identity(*identity)), triggers, 0)
+    return None if number is None else PgNotes(number, int(folded), frozenset(logged))
+
+
+#: PostgreSQL: the notes and the providers changed since earlier ones, as
+#: parts of a single statement that reads other rows too, in the same
+#: snapshot (a statement sees one snapshot, transaction or not): a common
+#: table expression ``changed`` (the ids of the providers written by the
+#: transactions that committed after the notes whose folded count is the
+#: parameter ``{folded}`` and whose log held the transactions ``{seen}``,
+#: :data:`EVERYTHING` among them when a table of names was) ...
+PG_CHANGED_SINCE = (f"changed AS MATERIALIZED (SELECT provider_id FROM {PROVIDER_LOG} "
+                    f"WHERE txid <> ALL({{seen}}::bigint[]) "
+                    f"UNION SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > {{folded}})")
+#: ... and the notes' columns (:data:`PG_NOTES_WIDTH` of them, first in the
+#: statement's row), which :func:`pg_notes_in` reads.
+PG_NOTES_COLUMNS = (f"(SELECT n FROM {COUNTER} WHERE id = 1), {_PG_TRIGGERS}, ARRAY(SELECT txid FROM {LOG}), "
+                    f"ARRAY(SELECT provider_id FROM changed), {_PG_IDENTITY}")
+PG_NOTES_WIDTH = 7
+
+
+def pg_since(since: PgNotes) -> dict:
+    """The parameters of :data:`PG_CHANGED_SINCE` for notes read before."""
+    return {"folded": since.folded, "seen": sorted(since.seen)}
+
+
+def pg_notes_in(row, since: PgNotes) -> tuple[PgNotes | None, set[int] | None]:
+    """:func:`pg_notes`' answer from the first :data:`PG_NOTES_WIDTH`
+    columns of a statement made with :data:`PG_CHANGED_SINCE` and
+    :data:`PG_NOTES_COLUMNS` for ``since``."""
+    folded, triggers, logged, changed, *identity = row[:PG_NOTES_WIDTH]
+    notes = _pg_notes_of(folded, triggers, logged, identity)
+    if notes is None:
+        return None, None
+    if went_back(since.number, notes.number):
+        return notes, None
+    return notes, {int(pid) for pid in changed}
 
 
 _CHANGED = sa.text(f"SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > :n")

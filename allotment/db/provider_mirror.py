@@ -73,6 +73,10 @@ RP_AGG = tables.resource_provider_aggregates
 
 LOG = logging.getLogger(__name__)
 
+#: :meth:`ProviderMirror._pg_refresh`: the mirror cannot be brought up to
+#: date by its single statement.
+_SLOW = object()
+
 #: Above this many providers no mirror is kept.
 MAX_PROVIDERS = 1_000_000
 #: Providers whose other rows are read together (see ``_providers``): in
@@ -122,6 +126,42 @@ _TRAITS = _both(sa.select(RP_TRAITS.c.resource_provider_id, TRAITS.c.name)
 _AGGREGATES = _both(sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
                     .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id), RP_AGG.c.resource_provider_id)
 _CLASSES = sa.select(RC.c.id, RC.c.name)
+
+#: PostgreSQL: at most this many providers are read again in the statement
+#: that reads the notes (:data:`_PG_REFRESH`); more take the windowed reads.
+PG_AT_ONCE = 4096
+#: PostgreSQL: the notes, and the rows of the providers changed since the
+#: mirror's notes (unless more than ``most`` or everything), in one
+#: statement: one snapshot without a transaction, one round trip where a
+#: REPEATABLE READ transaction took seven.  Each of the rows the four
+#: statements of ``_RECORDS``, ``_PROVIDERS``, ``_TRAITS`` and
+#: ``_AGGREGATES`` read is given as one array per column, in their order.
+_PG_REFRESH = raw_rows.HandWritten(
+    "WITH " + changes.PG_CHANGED_SINCE.replace("%", "%%").format(
+        folded="(SELECT %(folded)s::bigint)", seen="(SELECT %(seen)s::bigint[])") + ", "
+    "ids AS MATERIALIZED (SELECT array_agg(provider_id) AS ids FROM changed "
+    "WHERE (SELECT count(*) FROM changed) <= (SELECT %(most)s::bigint) "
+    f"AND NOT EXISTS (SELECT FROM changed WHERE provider_id = {changes.EVERYTHING})) "
+    "SELECT " + changes.PG_NOTES_COLUMNS.replace("%", "%%") + ", p.*, r.*, t.*, a.* FROM "
+    "(SELECT " + ", ".join(f"array_agg({column} ORDER BY id)" for column in (
+        "id", "uuid", "parent_provider_id", "coalesce(root_provider_id, id)", "generation")) +
+    " FROM resource_providers WHERE id = ANY((SELECT ids FROM ids)::bigint[])) AS p, "
+    "(SELECT " + ", ".join(f"array_agg({column} ORDER BY i.resource_provider_id, i.resource_class_id)" for column in (
+        "i.resource_provider_id", "i.resource_class_id", "i.total", "i.reserved", "i.min_unit", "i.max_unit",
+        "i.step_size", "i.allocation_ratio", "coalesce(u.used, 0)")) +
+    " FROM inventories AS i LEFT OUTER JOIN (SELECT resource_provider_id, resource_class_id, sum(used) AS used "
+    "FROM allocations WHERE resource_provider_id = ANY((SELECT ids FROM ids)::bigint[]) "
+    "GROUP BY resource_provider_id, resource_class_id) AS u "
+    "ON u.resource_provider_id = i.resource_provider_id AND u.resource_class_id = i.resource_class_id "
+    "WHERE i.resource_provider_id = ANY((SELECT ids FROM ids)::bigint[])) AS r, "
+    # The names by id, one lookup a row: a join would hash every trait and
+    # aggregate (the planner cannot know how few providers changed).
+    "(SELECT array_agg(resource_provider_id ORDER BY resource_provider_id, trait_id), "
+    "array_agg((SELECT name FROM traits WHERE traits.id = trait_id) ORDER BY resource_provider_id, trait_id) "
+    "FROM resource_provider_traits WHERE resource_provider_id = ANY((SELECT ids FROM ids)::bigint[])) AS t, "
+    "(SELECT array_agg(resource_provider_id), array_agg((SELECT uuid FROM placement_aggregates "
+    "WHERE placement_aggregates.id = aggregate_id)) "
+    "FROM resource_provider_aggregates WHERE resource_provider_id = ANY((SELECT ids FROM ids)::bigint[])) AS a")
 
 
 class Mirrored(NamedTuple):
@@ -237,7 +277,13 @@ class ProviderMirror:
         its own snapshot), so the notes and the providers are read in one
         REPEATABLE READ transaction of their own, which makes the mirror
         what the database held at one moment during this request (its
-        change number is then the one the mirror is kept under)."""
+        change number is then the one the mirror is kept under).  A mirror
+        that has notes to start from is first brought up to date by one
+        statement (:meth:`_pg_refresh`)."""
+        if state is not None:
+            refreshed = self._pg_refresh(conn, state)
+            if refreshed is not _SLOW:
+                return refreshed
         cursor = conn.connection.cursor()
         cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
@@ -261,6 +307,36 @@ class ProviderMirror:
             cursor.close()
         return mirrored
 
+    def _pg_refresh(self, conn: Connection, state: tuple):
+        """PostgreSQL: the mirror ``state`` brought up to date by the single
+        statement :data:`_PG_REFRESH`, or ``_SLOW`` where it cannot be (the
+        notes not to be trusted, the database gone back or replaced,
+        everything or too many providers changed, a class the mirror does
+        not know, a tree left incomplete): the caller then reads as before,
+        in a transaction, and finds out which."""
+        most = min(PG_AT_ONCE, len(state[1].snapshot) // 2)
+        row = raw_rows.one_row(conn, _PG_REFRESH, {**changes.pg_since(state[2]), "most": most})
+        notes, changed = changes.pg_notes_in(row, state[2])
+        if notes is None or changed is None or changes.EVERYTHING in changed or len(changed) > most:
+            return _SLOW
+        if notes.number == state[0]:
+            return state[1]
+        if not changed:  # a name added: no provider changed
+            return self._keep(notes.number, state[1], notes)
+        (ids, uuids, parents, roots, generations, *records, trait_ids, trait_names, aggregate_ids,
+         aggregate_uuids) = (column or [] for column in row[changes.PG_NOTES_WIDTH:])
+        class_names = self._class_names
+        if class_names is None or any(cls not in class_names for cls in records[1]):
+            return _SLOW
+        self._trim(state[1])
+        providers = self._assembled(list(zip(ids, uuids, parents, roots, generations)), zip(*records),
+                                    zip(trait_ids, trait_names), zip(aggregate_ids, aggregate_uuids), class_names)
+        try:
+            mirrored = self._successor(state[1], providers, changed)
+        except ValueError:  # a tree left incomplete: cannot happen in one snapshot
+            return _SLOW
+        return self._keep(notes.number, mirrored, notes)
+
     def _read_all(self, conn: Connection) -> Mirrored | None:
         self.full_reads += 1
         self._kept, self._inventories = {}, {}
@@ -277,12 +353,21 @@ class ProviderMirror:
         return Mirrored(snapshot, KeptResults(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids))))
 
     def _read_some(self, conn: Connection, old: Mirrored, ids: set[int]) -> Mirrored | None:
-        self.partial_reads += 1
-        if len(self._kept) + len(self._inventories) > 4 * len(old.snapshot) + 1024:
-            self._kept, self._inventories = {}, {}
+        self._trim(old)
         providers = self._providers(conn, sorted(ids))
         if providers is None:
             return None
+        return self._successor(old, providers, ids)
+
+    def _trim(self, old: Mirrored) -> None:
+        """Forget the equal values kept once when they outgrow the mirror."""
+        if len(self._kept) + len(self._inventories) > 4 * len(old.snapshot) + 1024:
+            self._kept, self._inventories = {}, {}
+
+    def _successor(self, old: Mirrored, providers: list[Provider], ids: set[int]) -> Mirrored:
+        """``old`` with the providers of ``ids`` replaced by ``providers``
+        (those not among them are gone)."""
+        self.partial_reads += 1
         snapshot, change = old.snapshot.successor(providers, ids)
         return Mirrored(snapshot, old.kept.after(change))
 
@@ -323,18 +408,28 @@ class ProviderMirror:
     def _built(self, conn: Connection, rows: list, which: int, params: dict, class_names: dict) -> list[Provider]:
         """The providers of ``rows`` (id, uuid, parent, root, generation),
         their other rows read by statement ``which`` with ``params``."""
+        records = raw_rows.rows(conn, _RECORDS[which], params)
+        if any(row[1] not in class_names for row in records):
+            # A class made since the names were read (a new name notes no
+            # provider; a renamed or deleted one makes a full read).
+            class_names.update(raw_rows.rows(conn, _CLASSES, {}))
+        return self._assembled(rows, records, raw_rows.rows(conn, _TRAITS[which], params),
+                               raw_rows.rows(conn, _AGGREGATES[which], params), class_names)
+
+    def _assembled(self, rows: list, record_rows, trait_rows, aggregate_rows, class_names: dict) -> list[Provider]:
+        """The providers of ``rows`` (id, uuid, parent, root, generation)
+        from their inventory records (provider id, class id, total,
+        reserved, min_unit, max_unit, step_size, ratio, used) in (provider,
+        class) order, (provider id, trait name) in trait id order and
+        (provider id, aggregate uuid)."""
         records: dict[int, list] = {}
-        for row in raw_rows.rows(conn, _RECORDS[which], params):
+        for row in record_rows:
             records.setdefault(row[0], []).append(row[1:])
-            if row[1] not in class_names:
-                # A class made since the names were read (a new name notes
-                # no provider; a renamed or deleted one makes a full read).
-                class_names.update(raw_rows.rows(conn, _CLASSES, {}))
         traits: dict[int, list[str]] = {}
-        for pid, name in raw_rows.rows(conn, _TRAITS[which], params):
+        for pid, name in trait_rows:
             traits.setdefault(pid, []).append(name)
         aggregates: dict[int, list[str]] = {}
-        for pid, uuid in raw_rows.rows(conn, _AGGREGATES[which], params):
+        for pid, uuid in aggregate_rows:
             aggregates.setdefault(pid, []).append(uuid)
         kept = self._inventories
         nothing: tuple = ()

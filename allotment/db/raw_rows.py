@@ -268,3 +268,50 @@ def write(conn: Connection, statement: sa.Executable, params: dict | list[dict])
         return cursor.rowcount
     finally:
         cursor.close()
+
+
+class HandWritten:
+    """A read written for one backend by hand (PostgreSQL: a statement the
+    SQL expression language would make no clearer), with ``%(name)s``
+    placeholders; made once, at import.  ``prepare``: its text for a
+    prepared statement (``$n``), and the names in their order."""
+
+    __slots__ = ("text", "prepare", "names", "execute")
+
+    def __init__(self, text: str):
+        self.text = text
+        names: list[str] = []
+
+        def numbered(match: re.Match) -> str:
+            if match.group() == "%%":
+                return "%"
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        self.prepare = _PYFORMAT.sub(numbered, text)
+        self.names = tuple(names)
+        self.execute = "EXECUTE {name}" + (f" ({', '.join(['%s'] * len(names))})" if names else "")
+
+
+def one_row(conn: Connection, statement: HandWritten, params: dict) -> tuple:
+    """The one row of ``statement`` with ``params``, on ``conn``'s DBAPI
+    cursor (PostgreSQL: prepared once per connection where the engine keeps
+    prepared statements).  An error is raised as ``conn.execute`` raises
+    it; a prepared statement that failed is prepared afresh next time."""
+    dbapi_conn = conn.connection
+    cursor = dbapi_conn.cursor()
+    try:
+        execute, values = None, params
+        try:
+            execute = prepared_execute(dbapi_conn, cursor, statement.text, statement.prepare, statement.execute)
+            if execute is not None:
+                values = [params[name] for name in statement.names]
+            cursor.execute(statement.text if execute is None else execute, values)
+            return cursor.fetchone()
+        except conn.dialect.dbapi.Error as error:
+            if execute is not None:
+                forget_prepared(dbapi_conn, statement.text)
+            _raise(conn, error, statement.text, values, cursor)
+    finally:
+        cursor.close()

@@ -419,6 +419,54 @@ def test_the_mirror_reads_again_only_what_changed(apps, monkeypatch):
         mirror.too_big = False
 
 
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the single statement is PostgreSQL's")
+def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypatch):
+    """After a write, the notes and the changed providers' rows come in one
+    statement (no transaction); what it cannot bring (too many providers, a
+    class the mirror does not know) goes the transaction's way, and every
+    answer is the fresh one."""
+    _, fresh, other, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        cloud.providers += [cloud.provider(conn) for _ in range(5)]
+    mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
+    query = "resources=VCPU:1,MEMORY_MB:512"
+    calls = {"one_row": 0, "pg_notes": 0}
+    for module, name in ((raw_rows, "one_row"), (changes, "pg_notes")):
+        def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+    def read() -> tuple[int, int]:
+        before = dict(calls)
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+        return calls["one_row"] - before["one_row"], calls["pg_notes"] - before["pg_notes"]
+
+    read()
+    partial = mirror.partial_reads
+    _write_api(cloud, ApiClient(other), 2, 1)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "allocate", 3, 2)
+    assert read() == (1, 0)  # one statement, no transaction
+    assert mirror.partial_reads == partial + 1
+    assert read() == (0, 0)  # nothing written since: nothing read
+    # More providers changed than the statement brings: the transaction's reads.
+    monkeypatch.setattr(provider_mirror, "PG_AT_ONCE", 1)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "allocate", 0, 1)
+        _write_raw(cloud, conn, "allocate", 1, 1)
+    assert read() == (1, 1)
+    assert mirror.partial_reads == partial + 2
+    monkeypatch.setattr(provider_mirror, "PG_AT_ONCE", 4096)
+    # A class made after the mirror read the names: the transaction's reads too.
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "new_class", 1, 4)
+    assert read() == (1, 1)
+    assert mirror.partial_reads == partial + 3
+
+
 @pytest.mark.skipif(BACKEND != "sqlite", reason="reads without a transaction on PostgreSQL")
 def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
     _, _, _, outside, mirrored = apps
