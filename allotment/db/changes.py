@@ -439,10 +439,11 @@ def _pg_notes_of(folded, triggers, logged, identity) -> PgNotes | None:
 #: table expression ``changed`` (the ids of the providers written by the
 #: transactions that committed after the notes whose folded count is the
 #: parameter ``{folded}`` and whose log held the transactions ``{seen}``,
-#: :data:`EVERYTHING` among them when a table of names was) ...
+#: :data:`EVERYTHING` among them when a table of names was; an id once for
+#: each note of it, so possibly more than once) ...
 PG_CHANGED_SINCE = (f"changed AS MATERIALIZED (SELECT provider_id FROM {PROVIDER_LOG} "
                     f"WHERE txid <> ALL({{seen}}::bigint[]) "
-                    f"UNION SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > {{folded}})")
+                    f"UNION ALL SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > {{folded}})")
 #: ... and the notes' columns (:data:`PG_NOTES_WIDTH` of them, first in the
 #: statement's row), which :func:`pg_notes_in` reads.
 PG_NOTES_COLUMNS = (f"(SELECT n FROM {COUNTER} WHERE id = 1), {_PG_TRIGGERS}, ARRAY(SELECT txid FROM {LOG}), "

@@ -131,7 +131,8 @@ _CLASSES = sa.select(RC.c.id, RC.c.name)
 #: that reads the notes (:data:`_PG_REFRESH`); more take the windowed reads.
 PG_AT_ONCE = 4096
 #: PostgreSQL: the notes, and the rows of the providers changed since the
-#: mirror's notes (unless more than ``most`` or everything), in one
+#: mirror's notes (unless noted more than ``most`` times, or everything:
+#: then ``complete`` is false and they are not read), in one
 #: statement: one snapshot without a transaction, one round trip where a
 #: REPEATABLE READ transaction took seven.  Each of the rows the four
 #: statements of ``_RECORDS``, ``_PROVIDERS``, ``_TRAITS`` and
@@ -139,10 +140,14 @@ PG_AT_ONCE = 4096
 _PG_REFRESH = raw_rows.HandWritten(
     "WITH " + changes.PG_CHANGED_SINCE.replace("%", "%%").format(
         folded="(SELECT %(folded)s::bigint)", seen="(SELECT %(seen)s::bigint[])") + ", "
+    # Whether the rows are read: not too many notes (of a provider each, or
+    # more: a provider noted by several transactions), nor everything.
+    "complete AS MATERIALIZED (SELECT (SELECT count(*) FROM changed) <= (SELECT %(most)s::bigint) "
+    f"AND NOT EXISTS (SELECT FROM changed WHERE provider_id = {changes.EVERYTHING}) AS complete), "
     "ids AS MATERIALIZED (SELECT array_agg(provider_id) AS ids FROM changed "
-    "WHERE (SELECT count(*) FROM changed) <= (SELECT %(most)s::bigint) "
-    f"AND NOT EXISTS (SELECT FROM changed WHERE provider_id = {changes.EVERYTHING})) "
-    "SELECT " + changes.PG_NOTES_COLUMNS.replace("%", "%%") + ", p.*, r.*, t.*, a.* FROM "
+    "WHERE (SELECT complete FROM complete)) "
+    "SELECT " + changes.PG_NOTES_COLUMNS.replace("%", "%%") + ", (SELECT complete FROM complete), "
+    "p.*, r.*, t.*, a.* FROM "
     "(SELECT " + ", ".join(f"array_agg({column} ORDER BY id)" for column in (
         "id", "uuid", "parent_provider_id", "coalesce(root_provider_id, id)", "generation")) +
     " FROM resource_providers WHERE id = ANY((SELECT ids FROM ids)::bigint[])) AS p, "
@@ -317,14 +322,15 @@ class ProviderMirror:
         most = min(PG_AT_ONCE, len(state[1].snapshot) // 2)
         row = raw_rows.one_row(conn, _PG_REFRESH, {**changes.pg_since(state[2]), "most": most})
         notes, changed = changes.pg_notes_in(row, state[2])
-        if notes is None or changed is None or changes.EVERYTHING in changed or len(changed) > most:
+        complete = row[changes.PG_NOTES_WIDTH]
+        if notes is None or changed is None or not complete:
             return _SLOW
         if notes.number == state[0]:
             return state[1]
         if not changed:  # a name added: no provider changed
             return self._keep(notes.number, state[1], notes)
         (ids, uuids, parents, roots, generations, *records, trait_ids, trait_names, aggregate_ids,
-         aggregate_uuids) = (column or [] for column in row[changes.PG_NOTES_WIDTH:])
+         aggregate_uuids) = (column or [] for column in row[changes.PG_NOTES_WIDTH + 1:])
         class_names = self._class_names
         if class_names is None or any(cls not in class_names for cls in records[1]):
             return _SLOW

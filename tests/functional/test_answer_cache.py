@@ -459,12 +459,19 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
         _write_raw(cloud, conn, "allocate", 1, 1)
     assert read() == (1, 1)
     assert mirror.partial_reads == partial + 2
+    # One provider noted by two transactions: two notes, over the bound too
+    # (the statement counts notes, not providers).
+    for _ in range(2):
+        with outside.begin() as conn:
+            _write_raw(cloud, conn, "allocate", 4, 1)
+    assert read() == (1, 1)
+    assert mirror.partial_reads == partial + 3
     monkeypatch.setattr(provider_mirror, "PG_AT_ONCE", 4096)
     # A class made after the mirror read the names: the transaction's reads too.
     with outside.begin() as conn:
         _write_raw(cloud, conn, "new_class", 1, 4)
     assert read() == (1, 1)
-    assert mirror.partial_reads == partial + 3
+    assert mirror.partial_reads == partial + 4
 
 
 @pytest.mark.skipif(BACKEND != "sqlite", reason="reads without a transaction on PostgreSQL")
