@@ -356,7 +356,8 @@ class ProviderMirror:
                  time.perf_counter() - started)
         # The candidates of each tree, and the summary of each provider,
         # while the tree does not change.
-        return Mirrored(snapshot, KeptResults(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids))))
+        return Mirrored(snapshot, KeptResults(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids)),
+                                              providers=len(snapshot), trees=len(snapshot.root_ids)))
 
     def _read_some(self, conn: Connection, old: Mirrored, ids: set[int]) -> Mirrored | None:
         self._trim(old)

@@ -8,7 +8,8 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from allotment.domain.provider_tree import SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot
+from allotment.domain.provider_tree import (
+    KEYS_PER_SHARD, SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot, ShardedMap)
 
 AGGREGATES = ("a1", "a2", "a3")
 CLASSES = ("VCPU", "DISK_GB", "VGPU")
@@ -150,3 +151,25 @@ def test_a_change_copies_only_the_shards_it_touches():
         root = third.get(pid).root_id
         assert third.tree(root) == fresh.tree(root) and third.tree_by_class(root) == fresh.tree_by_class(root)
     assert snapshot.get(2).generation == 0 and len(snapshot) == 2000  # the older ones unchanged
+
+
+@pytest.mark.parametrize("size", [100, 9_000, 430_000])
+def test_a_change_copies_shards_of_a_size_that_does_not_grow_with_the_map(size):
+    """A successor copies the shards its keys fall in: about KEYS_PER_SHARD
+    entries each, for a map of 9,000 keys as for one of 430,000 (with a
+    fixed number of shards a claim's read copied 840-entry shards at the
+    larger size), and its own successors keep the same shards."""
+    mapping = ShardedMap.of({key: key for key in range(size)})
+    assert len(mapping) == size
+    assert max(map(len, mapping.shards)) <= 2 * KEYS_PER_SHARD
+    after = mapping.successor([3], {size + 1: "new"})
+    changed = [i for i, (old, new) in enumerate(zip(mapping.shards, after.shards)) if old is not new]
+    assert len(changed) <= 2 and len(after.shards) == len(mapping.shards)
+    assert after.get(size + 1) == "new" and 3 not in after and len(after) == size
+    # Kept results and the snapshot's own indexes are sharded for the cloud.
+    hosts = [Provider(id=i, uuid=f"h{i}") for i in range(1, max(size // 20, 2))]
+    kept = KeptResults(10, providers=size, trees=size)
+    for host in hosts:
+        kept.summaries[host.id] = "summary"
+    moved = ProviderSnapshot(hosts).successor([Provider(id=1, uuid="h1", generation=1)], {1})[1]
+    assert len(kept.after(moved).summaries.shards) == len(ShardedMap(size=2 * size).shards)
