@@ -393,40 +393,6 @@ class PgNotes:
     seen: frozenset[int]
 
 
-# Run with a parameter: its % escaped for the driver.
-_PG_NOTES = (f"SELECT (SELECT n FROM {COUNTER} WHERE id = 1), "
-             f"{_PG_TRIGGERS.replace('%', '%%')}, ARRAY(SELECT txid FROM {LOG}), "
-             f"ARRAY(SELECT ARRAY[txid, provider_id] FROM {PROVIDER_LOG}), "
-             f"ARRAY(SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > %s), {_PG_IDENTITY}")
-
-
-def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, set[int] | None]:
-    """PostgreSQL, in one snapshot (``conn``'s REPEATABLE READ transaction):
-    (the notes now, or None when they cannot be trusted; the providers
-    written by the transactions that committed after ``since`` was read,
-    :data:`EVERYTHING` among them when a table of names was; None without
-    ``since``).
-
-    Such a transaction is either still in the provider log (and was not in
-    ``since``'s log), or a compaction that committed after ``since`` was
-    read folded it, and then noted its providers above ``since.folded``.
-    """
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(_PG_NOTES, (-1 if since is None else since.folded,))
-        folded, triggers, logged, provider_log, compacted, *identity = cursor.fetchone()
-    finally:
-        cursor.close()
-    notes = _pg_notes_of(folded, triggers, logged, identity)
-    if notes is None:
-        return None, None
-    if since is None or went_back(since.number, notes.number):
-        return notes, None
-    changed = {int(pid) for txid, pid in provider_log if txid not in since.seen}
-    changed.update(int(pid) for pid in compacted)
-    return notes, changed
-
-
 def _pg_notes_of(folded, triggers, logged, identity) -> PgNotes | None:
     number, _ = _number("postgresql", None if folded is None else _with_token(
         int(folded) + len(logged), _pg_identity(*identity)), triggers, 0)
@@ -434,13 +400,16 @@ def _pg_notes_of(folded, triggers, logged, identity) -> PgNotes | None:
 
 
 #: PostgreSQL: the notes and the providers changed since earlier ones, as
-#: parts of a single statement that reads other rows too, in the same
+#: parts of a single statement that may read other rows too, in the same
 #: snapshot (a statement sees one snapshot, transaction or not): a common
 #: table expression ``changed`` (the ids of the providers written by the
 #: transactions that committed after the notes whose folded count is the
 #: parameter ``{folded}`` and whose log held the transactions ``{seen}``,
 #: :data:`EVERYTHING` among them when a table of names was; an id once for
-#: each note of it, so possibly more than once) ...
+#: each note of it, so possibly more than once).  Such a transaction is
+#: either still in the provider log (and was not in the earlier log), or a
+#: compaction that committed since folded it, and then noted its providers
+#: above the earlier folded count ...
 PG_CHANGED_SINCE = (f"changed AS MATERIALIZED (SELECT provider_id FROM {PROVIDER_LOG} "
                     f"WHERE txid <> ALL({{seen}}::bigint[]) "
                     f"UNION ALL SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > {{folded}})")
@@ -451,12 +420,15 @@ PG_NOTES_COLUMNS = (f"(SELECT n FROM {COUNTER} WHERE id = 1), {_PG_TRIGGERS}, AR
 PG_NOTES_WIDTH = 7
 
 
-def pg_since(since: PgNotes) -> dict:
-    """The parameters of :data:`PG_CHANGED_SINCE` for notes read before."""
+def pg_since(since: PgNotes | None) -> dict:
+    """The parameters of :data:`PG_CHANGED_SINCE` for notes read before
+    (None: none were)."""
+    if since is None:
+        return {"folded": -1, "seen": []}
     return {"folded": since.folded, "seen": sorted(since.seen)}
 
 
-def pg_notes_in(row, since: PgNotes) -> tuple[PgNotes | None, set[int] | None]:
+def pg_notes_in(row, since: PgNotes | None) -> tuple[PgNotes | None, set[int] | None]:
     """:func:`pg_notes`' answer from the first :data:`PG_NOTES_WIDTH`
     columns of a statement made with :data:`PG_CHANGED_SINCE` and
     :data:`PG_NOTES_COLUMNS` for ``since``."""
@@ -464,9 +436,29 @@ def pg_notes_in(row, since: PgNotes) -> tuple[PgNotes | None, set[int] | None]:
     notes = _pg_notes_of(folded, triggers, logged, identity)
     if notes is None:
         return None, None
-    if went_back(since.number, notes.number):
+    if since is None or went_back(since.number, notes.number):
         return notes, None
     return notes, {int(pid) for pid in changed}
+
+
+#: The notes alone (with pyformat parameters: the columns' % escaped).
+_PG_NOTES = ("WITH " + PG_CHANGED_SINCE.format(folded="%(folded)s", seen="%(seen)s")
+             + " SELECT " + PG_NOTES_COLUMNS.replace("%", "%%"))
+
+
+def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, set[int] | None]:
+    """PostgreSQL, in one snapshot (``conn``'s REPEATABLE READ transaction):
+    (the notes now, or None when they cannot be trusted; the providers
+    written by the transactions that committed after ``since`` was read,
+    :data:`EVERYTHING` among them when a table of names was; None without
+    ``since``): :data:`PG_CHANGED_SINCE`'s rule."""
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(_PG_NOTES, pg_since(since))
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return pg_notes_in(row, since)
 
 
 _CHANGED = sa.text(f"SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > :n")
