@@ -43,10 +43,12 @@ from allotment.api.http import Request, encoded_json_response, json_response, qu
 from allotment.api.state import MAX_ENCODED, MAX_NAMES_AT
 from allotment.db import allocation_candidates as db
 from allotment.db import changes
+from allotment.db import resource_providers as providers_db
 from allotment.domain import allocation_candidates as solver
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
 from allotment.domain.provider_tree import KeptResults, ProviderSnapshot
+from allotment.domain.resource_providers import ProviderFilters
 from allotment.domain.request_groups import (
     NESTED_AWARE_VERSION,
     AllocationCandidatesRequest,
@@ -209,6 +211,12 @@ def _finds_nothing(req: Request, conn, request: AllocationCandidatesRequest, gro
     provider of a tree only after every group was searched, so a group's
     own search sees the trees whole (its early end depends on that).
     """
+    if not group.resources:
+        # Placement looks a resourceless group's provider up by its required
+        # traits and aggregates: none named, none found; else any provider
+        # with them (and none forbidden) in its in_tree.
+        return not solver.names_something(group) or not providers_db.list_providers(conn, ProviderFilters(
+            in_tree=group.in_tree, traits=group.traits, aggregates=group.aggregates))
     alone = dataclasses.replace(request, groups=(group,), group_policy=None, same_subtrees=(), limit=1,
                                 version=max(request.version, NESTED_AWARE_VERSION))
     names = db.resolve_names(conn, alone)

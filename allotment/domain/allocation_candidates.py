@@ -17,7 +17,8 @@ served by providers "reachable" from T:
 * a **suffixed group** is served by exactly one provider holding all its
   resources, traits and aggregates itself, either in T or sharing with T
   (``in_treeN`` constrains the provider, not the anchor).  A *resourceless*
-  suffixed group (1.36) just names such a provider.
+  suffixed group (1.36) just names such a provider, by a required trait or
+  aggregate: as in Placement, one with neither finds none.
 
 Then: ``group_policy=isolate`` makes suffixed groups use distinct
 providers; every ``same_subtree`` set of groups must have one of its
@@ -176,6 +177,16 @@ class AllocationCandidates:
 # ---------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------
+
+def names_something(grp: RequestGroup) -> bool:
+    """Whether a resourceless group asks for a required trait or aggregate.
+
+    Placement looks for a resourceless group's provider among those having
+    its required traits or aggregates; one naming neither (only forbidden
+    traits or aggregates, or only ``in_tree``) finds no provider, so no
+    candidate holds it."""
+    return bool(grp.traits.required or grp.aggregates.required)
+
 
 def find_allocation_candidates(
         request: AllocationCandidatesRequest,
@@ -509,6 +520,8 @@ class Plan:
             inv = inventories.get(rc)
             if inv is None or not inv.fits(amount):
                 return False
+        if not grp.resources and not names_something(grp):
+            return False
         if not grp.traits.matches(prov.traits):
             return False
         if grp.aggregates and not grp.aggregates.matches(prov.aggregates):

@@ -58,7 +58,11 @@ VERDICT_REASONS = 4
 INVENTORY, UNITS, CAPACITY = "inventory", "units", "capacity"
 REQUIRED, FORBIDDEN = "required", "forbidden"
 MEMBER_OF, FORBIDDEN_MEMBER_OF, IN_TREE = "member_of", "forbidden_member_of", "in_tree"
-PROVIDER_FILTERS = (INVENTORY, UNITS, CAPACITY, REQUIRED, FORBIDDEN, MEMBER_OF, FORBIDDEN_MEMBER_OF, IN_TREE)
+#: A resourceless group naming no required trait or aggregate: no provider
+#: passes (see ``solver.names_something``).
+NAMES_SOMETHING = "names_something"
+PROVIDER_FILTERS = (NAMES_SOMETHING, INVENTORY, UNITS, CAPACITY, REQUIRED, FORBIDDEN, MEMBER_OF, FORBIDDEN_MEMBER_OF,
+                    IN_TREE)
 
 # Filters of a tree, in order: the request's trees, the anchor rules, one
 # "has a provider" step per slot (``slot0``, ``slot1``...), then the search
@@ -72,11 +76,12 @@ TRAIT, FORBIDDEN_TRAIT = "trait", "forbidden_trait"
 AGGREGATE, FORBIDDEN_AGGREGATE = "aggregate", "forbidden_aggregate"
 ROOT_TRAIT, ROOT_FORBIDDEN_TRAIT = "root_trait", "root_forbidden_trait"
 NO_PROVIDER = "no_provider"
+NAMES_NOTHING = "names_nothing"      # a resourceless group with nothing to look a provider up by
 
 _FILTER_OF_KIND = {
     INVENTORY: INVENTORY, MIN_UNIT: UNITS, MAX_UNIT: UNITS, STEP_SIZE: UNITS, CAPACITY: CAPACITY,
     TRAIT: REQUIRED, FORBIDDEN_TRAIT: FORBIDDEN, AGGREGATE: MEMBER_OF,
-    FORBIDDEN_AGGREGATE: FORBIDDEN_MEMBER_OF, IN_TREE: IN_TREE,
+    FORBIDDEN_AGGREGATE: FORBIDDEN_MEMBER_OF, IN_TREE: IN_TREE, NAMES_NOTHING: NAMES_SOMETHING,
 }
 
 
@@ -179,6 +184,9 @@ class Problem:
                     else f"in forbidden aggregate {subject[0]}")
         if kind == IN_TREE:
             return f"not in the tree of in_tree{self.group or ''} provider {subject[0]}"
+        if kind == NAMES_NOTHING:
+            return (f"{group_name(self.group)} has no resources and names no required trait or aggregate: "
+                    "Placement looks its provider up by those, so it finds none")
         if kind == ROOT_TRAIT:
             return f"root lacks trait {subject[0]}"
         if kind == ROOT_FORBIDDEN_TRAIT:
@@ -209,6 +217,8 @@ class Problem:
             return f"in forbidden aggregate {subject[0]}"
         if kind == IN_TREE:
             return f"outside the tree of in_tree{self.group or ''} provider {subject[0]}"
+        if kind == NAMES_NOTHING:
+            return f"{group_name(self.group)} names no required trait or aggregate"
         if kind == ROOT_TRAIT:
             return f"root lacks trait {subject[0]}"
         if kind == ROOT_FORBIDDEN_TRAIT:
@@ -392,6 +402,8 @@ def provider_problems(plan: solver.Plan, slot: solver.Slot, prov: Provider, anch
     grp = slot.group
     suffix = grp.suffix
     found: list[Problem] = []
+    if slot.single and not slot.amounts and not solver.names_something(grp):
+        found.append(Problem(NAMES_NOTHING, suffix, provider_id=prov.id, hard=True))
     for rc, amount in slot.amounts:
         inv = prov.inventories.get(rc)
         if inv is None:
@@ -498,6 +510,8 @@ class _Explainer:
         grp = slot.group
         amounts = ", ".join(f"{rc}:{amount}" for rc, amount in slot.amounts)
         filters = []
+        if slot.single and not slot.amounts and not solver.names_something(grp):
+            filters.append((NAMES_SOMETHING, "is named by a required trait or aggregate (the group has none)"))
         if slot.amounts:
             filters.append((INVENTORY, "has " + ", ".join(rc for rc, _ in slot.amounts) + " inventory"))
             filters.append((UNITS, f"min_unit, max_unit and step_size allow {amounts}"))

@@ -463,6 +463,34 @@ def test_resourceless_group_names_a_provider_of_the_subtree(api, cloud):
         "_NET": [cloud.names["pf0"]], "_NUMA": [cloud.names["numa0"]]}
 
 
+def test_resourceless_group_is_looked_up_by_its_required_traits_or_aggregates(api, cloud):
+    """As Placement (asked of the reference): a resourceless group naming no
+    required trait nor aggregate -- only forbidden ones, or only in_tree --
+    finds no provider, so there is no candidate; and such a group, searched
+    before a later group's unknown name, ends the search (an empty answer,
+    where this used to be a 500)."""
+    cn = cloud.provider("cn", inventories={"DISK_GB": 10}, traits=("CUSTOM_X",), aggregates=(AGG_A,))
+    cloud.provider("child", "cn", traits=("CUSTOM_X",))
+    empty = {"allocation_requests": [], "provider_summaries": {}}
+    base = "resources_G0=DISK_GB:1&group_policy=none&same_subtree=_G0,_G1"
+    for group in (f"in_tree_G1={cn}", "required_G1=!HW_CPU_X86_AVX", f"member_of_G1=!{AGG_B}",
+                  f"required_G1=!HW_CPU_X86_AVX&in_tree_G1={cn}"):
+        assert candidates(api, f"{base}&{group}") == empty, group
+    verdict = api.get(f"/allotment/explain?{base}&in_tree_G1={cn}", version="1.39").json["verdict"]
+    assert verdict == "0/1 trees can serve this request: 1 group _G1 names no required trait or aggregate."
+    for group, count in (("required_G1=CUSTOM_X", 2), (f"member_of_G1={AGG_A}", 1),  # cn and child; cn
+                         (f"member_of_G1=!{AGG_B}&required_G1=CUSTOM_X", 2),
+                         ("required_G1=in:CUSTOM_X,HW_CPU_X86_AVX", 2)):
+        assert len(candidates(api, f"{base}&{group}")["allocation_requests"]) == count, group
+    # Groups are searched in query order: G1 before G2.
+    three = "resources_G0=DISK_GB:1&{}&required_G2=!CUSTOM_NOPE&group_policy=none&same_subtree=_G0,_G1,_G2"
+    for group in (f"in_tree_G1={cn}", "required_G1=!HW_CPU_X86_AVX", "required_G1=HW_CPU_X86_AVX",
+                  f"required_G1=CUSTOM_X&member_of_G1={AGG_B}"):
+        assert candidates(api, three.format(group)) == empty, group
+    for group in ("required_G1=CUSTOM_X", f"required_G1=CUSTOM_X&in_tree_G1={cloud.names['child']}"):
+        assert_400(api, three.format(group), "No such trait(s): CUSTOM_NOPE.")
+
+
 # -- bad input: Placement's 400s and messages ---------------------------------------------
 
 def test_a_group_that_finds_nothing_ends_the_search_before_later_names_are_checked(api, cloud):

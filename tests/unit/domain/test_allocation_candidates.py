@@ -775,6 +775,22 @@ class TestNumaNetwork:
                     "&group_policy=" + policy, (1, 36))
         assert len(res.allocation_requests) == count
 
+    @pytest.mark.parametrize("named_by,count", [
+        ("required_PORT2=CUSTOM_PHYSNET1", 1),
+        ("required_PORT2=in:CUSTOM_PHYSNET1,CUSTOM_PHYSNET2", 1),
+        # Nothing to look a provider up by: none found, as by Placement
+        # (asked of the reference: 200 with no candidates).
+        ("required_PORT2=!CUSTOM_PHYSNET2", 0),
+        ("in_tree_PORT2=cn3", 0),
+        ("member_of_PORT2=!11111111-2222-3333-4444-555555555555", 0),
+    ])
+    def test_resourceless_group_is_found_by_what_it_requires(self, named_by, count):
+        pf = next(p for p in self.snap if p.name == "pf3_1")
+        tree = self.snap.get(pf.root_id).uuid
+        res = solve(self.snap, "resources_PORT1=CUSTOM_VF:8&" + named_by.replace("cn3", tree)
+                    + "&same_subtree=_PORT1,_PORT2&group_policy=none", (1, 39))
+        assert len(res.allocation_requests) == count
+
     def test_resourceless_two_fpgas(self):
         res = solve(self.snap, "required_NUMA=HW_NUMA_ROOT"
                     "&resources_ACCEL1=FPGA:1&resources_ACCEL2=FPGA:1"
@@ -1451,9 +1467,12 @@ def brute_force(request, snap):
 
     # Only a provider with inventory of every class of a decision can take
     # it; trying the others is pointless even for brute force.
+    # A resourceless group naming no required trait or aggregate finds no
+    # provider (as Placement looks them up by those).
     options = [[p for p in providers
                 if all(rc in p.inventories for rc, _ in amounts)]
-               for _, amounts, _ in decisions]
+               if amounts or grp.traits.required or grp.aggregates.required else []
+               for _, amounts, grp in decisions]
     found = set()
     for root in snap.root_ids:
         root_prov = by_id[root]
