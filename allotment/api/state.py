@@ -17,8 +17,9 @@ attribute               keyed on                     bound                  drop
 ``names_at``            the names a query asks for   :data:`MAX_NAMES_AT`   the change number moves
 ``mirror``              every provider, and the      ``MAX_PROVIDERS``;     the providers noted since its
                         solver's results kept from   the tree memo's        number are replaced, with what was
-                        them (candidates per tree    units                  computed from their trees; all at
-                        and query, summaries)                               a change of names or going back
+                        them (candidates per tree    units; names:          computed from their trees; all at
+                        and query, summaries), the   ``KnownNames.LIMIT``   a change of names or going back
+                        names seen to exist
 ``providers``           provider id, uuid,           200,000 providers      the generation moves (per entry);
                         generation                   each                   all at going back, a lost link
 ``encoded_summaries``   provider id, form            :data:`MAX_ENCODED`    a new Provider object stands for

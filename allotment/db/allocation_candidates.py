@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
@@ -163,6 +164,75 @@ def resolve_names(conn: Connection, request: AllocationCandidatesRequest, *, che
     return Names(class_ids, trait_ids, found["a"], in_tree_roots, trait_ids.get(SHARING_TRAIT),
                  {class_id: name for name, class_id in found["k"].items()},
                  found["m"].get("min"), found["m"].get("max"))
+
+
+class KnownNames:
+    """The names seen to exist while one mirror of every provider lasts
+    (:mod:`allotment.db.provider_mirror`), so that a request whose names
+    are all among them needs no statement to resolve them.
+
+    A name, once there, stays with the same id until a row of its table
+    is updated or deleted; the database notes such a write as a change of
+    everything (:data:`allotment.db.changes.EVERYTHING`), which makes the
+    mirror read every provider again and start with new, empty
+    ``KnownNames``.  A name added later is not known here until a request
+    asks for it (names found missing are not kept), so inserts, which the
+    database does not note per provider, never leave these out of date.
+    The caller learns only names read before its snapshot was brought up
+    to date in the same lineage (see ``allotment.api.allocation_candidates``):
+    they then exist at every later snapshot of it.
+
+    ``in_tree`` providers are looked up in the snapshot itself; the lowest
+    and highest provider ids, which only the database's windowed reads use,
+    are left out (None)."""
+
+    #: Names kept at most (all forgotten at once past it).
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._classes: dict[str, int] = {}
+        self._traits: dict[str, int] = {}
+        self._aggregates: dict[str, int] = {}
+        #: Every class's name by id, as last read.
+        self._class_names: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def learn(self, names: Names) -> None:
+        """Keep the names ``names`` found (read before the snapshot of this
+        lineage that the caller was given)."""
+        with self._lock:
+            if len(self._classes) + len(self._traits) + len(self._aggregates) > self.LIMIT:
+                self._classes, self._traits, self._aggregates = {}, {}, {}
+            # New dicts, never changed once made: readers take them without the lock.
+            self._classes = {**self._classes, **names.class_ids}
+            self._traits = {**self._traits, **names.trait_ids}
+            self._aggregates = {**self._aggregates, **names.aggregate_ids}
+            self._class_names = names.class_names
+
+    def covers(self, request: AllocationCandidatesRequest) -> bool:
+        """Whether every class, trait and aggregate ``request`` names (and
+        the sharing trait) is known."""
+        classes, traits, aggregates = self._classes, self._traits, self._aggregates
+        return (SHARING_TRAIT in traits
+                and all(name in classes for name in request.resource_class_names())
+                and all(name in traits for name in request.trait_names())
+                and all(uuid in aggregates for uuid in request.aggregate_uuids()))
+
+    def names(self, request: AllocationCandidatesRequest, snapshot: ProviderSnapshot) -> Names:
+        """``request``'s names, which :meth:`covers`, with its ``in_tree``
+        roots as ``snapshot`` holds them."""
+        classes, traits, aggregates = self._classes, self._traits, self._aggregates
+        in_tree_roots: dict[str, int] | None = {}
+        for uuid in request.in_tree_uuids():
+            provider = snapshot.by_uuid(uuid)
+            if provider is None:
+                in_tree_roots = None
+                break
+            in_tree_roots[uuid] = provider.root_id
+        return Names({name: classes[name] for name in request.resource_class_names()},
+                     {name: traits[name] for name in request.trait_names() | {SHARING_TRAIT}},
+                     {uuid: aggregates[uuid] for uuid in request.aggregate_uuids()},
+                     in_tree_roots, traits[SHARING_TRAIT], self._class_names)
 
 
 def first_unknown(request: AllocationCandidatesRequest, class_ids: Collection[str],

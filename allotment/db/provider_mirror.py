@@ -57,7 +57,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from allotment.db import changes, raw_rows, tables
-from allotment.db.allocation_candidates import built_inventories
+from allotment.db.allocation_candidates import KnownNames, built_inventories
 from allotment.db.provider_cache import ProviderCaches
 from allotment.domain.allocation_candidates import MEMO_LIMIT, MEMO_UNITS_PER_TREE
 from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot
@@ -176,6 +176,9 @@ class Mirrored(NamedTuple):
 
     snapshot: ProviderSnapshot
     kept: KeptResults
+    #: The names seen to exist since every provider was last read, shared
+    #: by the snapshots that followed (a full read starts anew).
+    names: KnownNames
 
 
 class ProviderMirror:
@@ -248,6 +251,12 @@ class ProviderMirror:
                         self._state = None
                     return None
             return self._keep(number, self._changed(conn, state, changed), number)
+
+    def known_names(self) -> KnownNames | None:
+        """The names known in the current mirror's lineage (None: no mirror
+        yet)."""
+        state = self._state
+        return None if state is None else state[1].names
 
     def _forget(self, reason: str | None) -> None:
         """The database is not the one the mirror was read from, or went back
@@ -357,7 +366,8 @@ class ProviderMirror:
         # The candidates of each tree, and the summary of each provider,
         # while the tree does not change.
         return Mirrored(snapshot, KeptResults(max(MEMO_LIMIT, MEMO_UNITS_PER_TREE * len(snapshot.root_ids)),
-                                              providers=len(snapshot), trees=len(snapshot.root_ids)))
+                                              providers=len(snapshot), trees=len(snapshot.root_ids)),
+                        KnownNames())
 
     def _read_some(self, conn: Connection, old: Mirrored, ids: set[int]) -> Mirrored | None:
         self._trim(old)
@@ -376,7 +386,7 @@ class ProviderMirror:
         (those not among them are gone)."""
         self.partial_reads += 1
         snapshot, change = old.snapshot.successor(providers, ids)
-        return Mirrored(snapshot, old.kept.after(change))
+        return Mirrored(snapshot, old.kept.after(change), old.names)
 
     def _providers(self, conn: Connection, ids: list[int] | None) -> list[Provider] | None:
         """The providers (every one, or those of ``ids`` that exist), built;
