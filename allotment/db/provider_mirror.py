@@ -139,7 +139,8 @@ PG_AT_ONCE = 4096
 #: ``_AGGREGATES`` read is given as one array per column, in their order.
 _PG_REFRESH = raw_rows.HandWritten(
     "WITH " + changes.PG_CHANGED_SINCE.replace("%", "%%").format(
-        folded="(SELECT %(folded)s::bigint)", seen="(SELECT %(seen)s::bigint[])") + ", "
+        folded="(SELECT %(folded)s::bigint)", snapshot="(SELECT %(snapshot)s::text)",
+        count="(SELECT %(count)s::bigint)") + ", "
     # Whether the rows are read: not too many notes (of a provider each, or
     # more: a provider noted by several transactions), nor everything.
     "complete AS MATERIALIZED (SELECT (SELECT count(*) FROM changed) <= (SELECT %(most)s::bigint) "

@@ -478,6 +478,58 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     assert mirror.partial_reads == partial + 4
 
 
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the snapshot of the notes is PostgreSQL's")
+def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypatch):
+    """The refresh says what it saw before by its snapshot, not by the ids
+    of the transactions in the log: its parameters stay a few bytes
+    whether the log holds 2 transactions or 200.  A write that was in
+    progress when a refresh read is seen by the next one."""
+    _, fresh, other, outside, mirrored = apps
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        cloud.providers += [cloud.provider(conn) for _ in range(5)]
+    api, checker = ApiClient(mirrored), ApiClient(fresh)
+    query = "resources=VCPU:1,MEMORY_MB:512"
+    sent = []
+    real = raw_rows.one_row
+
+    def recorded(conn, statement, params):
+        sent.append(len(repr(sorted(params.items()))))
+        return real(conn, statement, params)
+
+    monkeypatch.setattr(raw_rows, "one_row", recorded)
+
+    def refresh_after(writes: int) -> int:
+        """The size of the parameters of the refresh after ``writes`` writes
+        and one more (when the mirror's notes hold them all)."""
+        with mirrored.db.write() as conn:
+            changes.compact(conn)  # an empty log to start from
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+        for _ in range(writes):
+            with outside.begin() as conn:
+                _write_raw(cloud, conn, "generation", 0, 1)
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+        _write_api(cloud, ApiClient(other), 1, 1)
+        before = len(sent)
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+        assert len(sent) == before + 1  # one statement brought the mirror up to date
+        return sent[before]
+
+    assert refresh_after(200) < refresh_after(2) + 16
+    # In progress while the mirror is refreshed, committed after.
+    with outside.connect() as slow:
+        with slow.begin():
+            _write_raw(cloud, slow, "allocate", 1, 7)
+            _write_api(cloud, ApiClient(other), 2, 1)
+            assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+    with mirrored.db.read() as conn:
+        assert conn.execute(sa.select(sa.func.count()).where(
+            tables.allocations.c.resource_provider_id == cloud.providers[1],
+            tables.allocations.c.used == 7)).scalar_one() == 1
+
+
 @pytest.mark.skipif(BACKEND != "sqlite", reason="reads without a transaction on PostgreSQL")
 def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
     _, _, _, outside, mirrored = apps
