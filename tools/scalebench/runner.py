@@ -19,10 +19,11 @@ backends' CPU per request, ``--vs`` with alternating blocks):
 ``stream``
     M readers asking candidates (``limit=1000``), first alone (idle), then
     while N writers claim (``GET ...&limit=10``, ``PUT /allocations``,
-    retrying a 409 up to five times): the readers' p50 / p95 idle and
-    while writing, claims per second, CPU per claim; then every provider's
-    usage and every claim checked in the database (over capacity, lost and
-    phantom writes);
+    retrying a 409 up to five times), in rounds (``--stream-rounds``) with
+    the servers taking turns: the readers' p50 / p95 idle and while
+    writing, and each round's ratio, claims per second, CPU per claim;
+    then every provider's usage and every claim checked in the database
+    (over capacity, lost and phantom writes);
 ``claims``
     C clients each claiming K times, as the bench's claim race: server
     (and database) CPU per claim, then the same checks;
@@ -772,57 +773,101 @@ def warm(server: Server, args) -> None:
             thread.join()
 
 
+def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers: int, seconds: float,
+                  phase: dict) -> float:
+    """One phase: the readers (and ``writers`` writers of ``run``) for
+    ``seconds``; what it measured is added to ``phase``.  Returns the
+    phase's p50 as logged (None: the server logs none) and as the client
+    saw it."""
+    stop = threading.Event()
+    times: list[float] = []
+    failures: list = []
+    threads = _readers(server, args, stop, times, failures)
+    threads += [threading.Thread(target=run.writer, args=(k, stop, None)) for k in range(writers)]
+    before = run.stats["gets"] + run.stats["puts"]
+    token = sampler.begin(server.label)
+    started = time.perf_counter()
+    wall = time.time()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    cpu = sampler.end(token)
+    own = server.logged_times(STREAM_QUERY, wall, time.time())
+    phase["times"] += times
+    phase["own"] += own
+    phase["failures"] += failures
+    phase["seconds"] += time.perf_counter() - started
+    phase["requests"] += len(times) + len(failures) + run.stats["gets"] + run.stats["puts"] - before
+    phase["server_cpu"] += cpu[0]
+    phase["db_cpu"] = None if cpu[1] is None or phase["db_cpu"] is None else phase["db_cpu"] + cpu[1]
+    return percentile(own, 50), percentile(times, 50)
+
+
 def stream(servers: list[Server], sampler: Sampler, args) -> dict:
-    """Readers alone, then readers while writers claim, server by server."""
+    """Readers alone (idle), then readers while writers claim, in
+    ``--stream-rounds`` rounds of the two phases, the servers taking turns
+    (the order swapped every round), so that the machine's drift -- the
+    idle p50 of one server moves by 2x between runs of 20 s here -- falls
+    on both phases and both servers alike.  The p50s are of every phase's
+    reads together; each round's ratio is listed too (its spread)."""
     result = {}
+    rounds = max(1, args.stream_rounds)
+    seconds = args.stream_seconds / rounds
+    state = {}
     for server in servers:
         warm(server, args)
+        state[server.label] = {
+            "run": ClaimRun(server, args, f"{args.seed}-stream"),
+            "rounds": [],
+            **{phase: {"times": [], "own": [], "failures": [], "seconds": 0.0, "requests": 0, "server_cpu": 0.0,
+                       "db_cpu": 0.0} for phase in ("idle", "writing")}}
+    for number in range(rounds):
+        for server in (servers if number % 2 == 0 else servers[::-1]):
+            own = state[server.label]
+            idle = _stream_phase(server, sampler, args, own["run"], 0, seconds, own["idle"])
+            busy = _stream_phase(server, sampler, args, own["run"], args.writers, seconds, own["writing"])
+            own["rounds"].append({"logged": round(busy[0] / idle[0], 2) if idle[0] and busy[0] else None,
+                                  "client": round(busy[1] / idle[1], 2) if idle[1] and busy[1] else None})
+    for server in servers:
+        own = state[server.label]
         res = result[server.label] = {}
-        for phase, writers in (("idle", 0), ("writing", args.writers)):
-            stop = threading.Event()
-            times: list[float] = []
-            failures: list = []
-            run = ClaimRun(server, args, f"{args.seed}-stream")
-            threads = _readers(server, args, stop, times, failures)
-            threads += [threading.Thread(target=run.writer, args=(k, stop, None)) for k in range(writers)]
-            token = sampler.begin(server.label)
-            started = time.perf_counter()
-            wall = time.time()
-            for thread in threads:
-                thread.start()
-            time.sleep(args.stream_seconds)
-            stop.set()
-            for thread in threads:
-                thread.join()
-            seconds = time.perf_counter() - started
-            cpu = sampler.end(token)
-            own = server.logged_times(STREAM_QUERY, wall, time.time())
-            res[phase] = {"reads": len(times), "read_p50_ms": _ms(percentile(times, 50)),
+        for phase in ("idle", "writing"):
+            got = own[phase]
+            res[phase] = {"reads": len(got["times"]), "read_p50_ms": _ms(percentile(got["times"], 50)),
                           # As the server's log says (Allotment's: the time it
                           # spent on each answer, without HTTP and the client).
-                          "logged_read_p50_ms": percentile(own, 50), "logged_read_p95_ms": percentile(own, 95),
-                          "read_p95_ms": _ms(percentile(times, 95)), "read_failures": [str(f) for f in failures[:5]],
-                          "read_failure_count": len(failures), "seconds": round(seconds, 1)}
-            requests = len(times) + len(failures) + run.stats["gets"] + run.stats["puts"]
-            res[phase]["server_cpu_ms_per_request"] = round(cpu[0] * 1000 / requests, 2) if requests else None
-            res[phase]["db_cpu_ms_per_request"] = (round(cpu[1] * 1000 / requests, 2)
-                                                   if requests and cpu[1] is not None else None)
-            if writers:
-                claims = res[phase]["claims"] = _claims_summary(run, seconds, (0.0, None), server.label)
-                # The phase's CPU serves the readers too: per request, above.
-                claims.pop("server_cpu_ms_per_claim"), claims.pop("db_cpu_ms_per_claim")
-                claims.pop("server_cpu_ms_per_request")
-                claims["verify"] = verify(server, run)
+                          "logged_read_p50_ms": percentile(got["own"], 50),
+                          "logged_read_p95_ms": percentile(got["own"], 95),
+                          "read_p95_ms": _ms(percentile(got["times"], 95)),
+                          "read_failures": [str(f) for f in got["failures"][:5]],
+                          "read_failure_count": len(got["failures"]), "seconds": round(got["seconds"], 1),
+                          "server_cpu_ms_per_request": (round(got["server_cpu"] * 1000 / got["requests"], 2)
+                                                        if got["requests"] else None),
+                          "db_cpu_ms_per_request": (round(got["db_cpu"] * 1000 / got["requests"], 2)
+                                                    if got["requests"] and got["db_cpu"] is not None else None)}
+        run = own["run"]
+        claims = res["writing"]["claims"] = _claims_summary(run, own["writing"]["seconds"], (0.0, None), server.label)
+        # The phases' CPU serves the readers too: per request, above.
+        claims.pop("server_cpu_ms_per_claim"), claims.pop("db_cpu_ms_per_claim")
+        claims.pop("server_cpu_ms_per_request")
+        claims["verify"] = verify(server, run)
+        res["rounds"] = own["rounds"]
         idle, busy = res["idle"]["read_p50_ms"], res["writing"]["read_p50_ms"]
         res["writing_over_idle_p50"] = round(busy / idle, 2) if idle and busy else None
         logged = res["idle"]["logged_read_p50_ms"], res["writing"]["logged_read_p50_ms"]
+        spread = [r["logged"] for r in own["rounds"] if r["logged"]]
         if all(logged):
             res["logged_writing_over_idle_p50"] = round(logged[1] / logged[0], 2)
             log(f"{server.label} stream, as its log says: readers p50 idle {logged[0]} ms "
                 f"(p95 {res['idle']['logged_read_p95_ms']}), while writing {logged[1]} ms "
-                f"(p95 {res['writing']['logged_read_p95_ms']}): x{res['logged_writing_over_idle_p50']}")
+                f"(p95 {res['writing']['logged_read_p95_ms']}): x{res['logged_writing_over_idle_p50']}; "
+                f"by round x{', x'.join(str(r) for r in spread)}")
         log(f"{server.label} stream: readers p50 idle {idle} ms (p95 {res['idle']['read_p95_ms']}), while "
-            f"writing {busy} ms (p95 {res['writing']['read_p95_ms']}): x{res['writing_over_idle_p50']}; "
+            f"writing {busy} ms (p95 {res['writing']['read_p95_ms']}): x{res['writing_over_idle_p50']} "
+            f"(by round x{', x'.join(str(r['client']) for r in own['rounds'])}); "
             f"{res['writing']['reads']} reads, {res['writing']['read_failure_count']} failed; server CPU "
             f"per request idle {res['idle']['server_cpu_ms_per_request']}, while writing "
             f"{res['writing']['server_cpu_ms_per_request']} ms")
@@ -832,6 +877,10 @@ def stream(servers: list[Server], sampler: Sampler, args) -> dict:
         if a and b:
             result["b_over_a_writing_p50"] = round(b / a, 1)
             log(f"stream: B/A readers' p50 while writing {b / a:.1f}x")
+        a, b = (result[s.label]["writing"]["logged_read_p50_ms"] for s in servers)
+        if a and b:
+            result["b_over_a_logged_writing_p50"] = round(b / a, 2)
+            log(f"stream: B/A readers' p50 while writing, as logged, {b / a:.2f}x")
     return result
 
 
@@ -951,7 +1000,10 @@ def parse_args(argv):
     p.add_argument("--first-reads", type=int, default=6, help="first-read: answers on new connections")
     p.add_argument("--readers", type=int, default=2)
     p.add_argument("--writers", type=int, default=4)
-    p.add_argument("--stream-seconds", type=float, default=20.0, help="stream: seconds per phase")
+    p.add_argument("--stream-seconds", type=float, default=20.0,
+                   help="stream: seconds of each phase (idle, writing) in all, split over the rounds")
+    p.add_argument("--stream-rounds", type=int, default=4,
+                   help="stream: rounds of the two phases, the servers taking turns")
     p.add_argument("--claim-clients", type=int, default=16)
     p.add_argument("--claims-per-client", type=int, default=25)
     p.add_argument("--statement-claims", type=int, default=200)
