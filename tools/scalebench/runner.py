@@ -773,17 +773,19 @@ def warm(server: Server, args) -> None:
             thread.join()
 
 
-def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers: int, seconds: float,
-                  phase: dict) -> float:
+def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers: range, seconds: float,
+                  phase: dict) -> tuple:
     """One phase: the readers (and ``writers`` writers of ``run``) for
-    ``seconds``; what it measured is added to ``phase``.  Returns the
+    ``seconds`` (the writers numbered ``writers``: a number seeds a
+    writer's consumers, so each round has new ones); what it measured is
+    added to ``phase``.  Returns the
     phase's p50 as logged (None: the server logs none) and as the client
     saw it."""
     stop = threading.Event()
     times: list[float] = []
     failures: list = []
     threads = _readers(server, args, stop, times, failures)
-    threads += [threading.Thread(target=run.writer, args=(k, stop, None)) for k in range(writers)]
+    threads += [threading.Thread(target=run.writer, args=(k, stop, None)) for k in writers]
     before = run.stats["gets"] + run.stats["puts"]
     token = sampler.begin(server.label)
     started = time.perf_counter()
@@ -827,8 +829,9 @@ def stream(servers: list[Server], sampler: Sampler, args) -> dict:
     for number in range(rounds):
         for server in (servers if number % 2 == 0 else servers[::-1]):
             own = state[server.label]
-            idle = _stream_phase(server, sampler, args, own["run"], 0, seconds, own["idle"])
-            busy = _stream_phase(server, sampler, args, own["run"], args.writers, seconds, own["writing"])
+            idle = _stream_phase(server, sampler, args, own["run"], range(0), seconds, own["idle"])
+            busy = _stream_phase(server, sampler, args, own["run"],
+                                 range(number * args.writers, (number + 1) * args.writers), seconds, own["writing"])
             own["rounds"].append({"logged": round(busy[0] / idle[0], 2) if idle[0] and busy[0] else None,
                                   "client": round(busy[1] / idle[1], 2) if idle[1] and busy[1] else None})
     for server in servers:
