@@ -204,10 +204,11 @@ def _mirrored_names(req: Request, conn, request: AllocationCandidatesRequest, nu
     names removes one, and the database notes those as a change of
     everything, which starts a new lineage)."""
     known = mirror.known_names()
-    if known is not None and known.covers(request):
+    seen = None if known is None else known.covering(request)
+    if seen is not None:
         mirrored = mirror.snapshot(conn, number)
         if mirrored is not None and mirrored.names is known:
-            return known.names(request, mirrored.snapshot), mirrored
+            return known.names(request, mirrored.snapshot, seen), mirrored
         # Every provider was read again since (or this request reads the
         # database): the names are read before the snapshot is taken again.
     names = _names(req, conn, request, number)

@@ -63,6 +63,7 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -190,38 +191,38 @@ class KnownNames:
     LIMIT = 10_000
 
     def __init__(self) -> None:
-        self._classes: dict[str, int] = {}
-        self._traits: dict[str, int] = {}
-        self._aggregates: dict[str, int] = {}
-        #: Every class's name by id, as last read.
-        self._class_names: dict[int, str] = {}
+        #: What is known, replaced whole (never changed once made), so that
+        #: a reader takes one consistent set without the lock.
+        self._seen = _Seen({}, {}, {}, {})
         self._lock = threading.Lock()
 
     def learn(self, names: Names) -> None:
         """Keep the names ``names`` found (read before the snapshot of this
         lineage that the caller was given)."""
         with self._lock:
-            if len(self._classes) + len(self._traits) + len(self._aggregates) > self.LIMIT:
-                self._classes, self._traits, self._aggregates = {}, {}, {}
-            # New dicts, never changed once made: readers take them without the lock.
-            self._classes = {**self._classes, **names.class_ids}
-            self._traits = {**self._traits, **names.trait_ids}
-            self._aggregates = {**self._aggregates, **names.aggregate_ids}
-            self._class_names = names.class_names
+            seen = self._seen
+            if len(seen.classes) + len(seen.traits) + len(seen.aggregates) > self.LIMIT:
+                seen = _Seen({}, {}, {}, {})
+            self._seen = _Seen({**seen.classes, **names.class_ids}, {**seen.traits, **names.trait_ids},
+                               {**seen.aggregates, **names.aggregate_ids}, names.class_names)
 
-    def covers(self, request: AllocationCandidatesRequest) -> bool:
-        """Whether every class, trait and aggregate ``request`` names (and
-        the sharing trait) is known."""
-        classes, traits, aggregates = self._classes, self._traits, self._aggregates
-        return (SHARING_TRAIT in traits
+    def covering(self, request: AllocationCandidatesRequest) -> _Seen | None:
+        """What is known, if it holds every class, trait and aggregate
+        ``request`` names (and the sharing trait); else None."""
+        seen = self._seen
+        classes, traits, aggregates = seen.classes, seen.traits, seen.aggregates
+        if (SHARING_TRAIT in traits
                 and all(name in classes for name in request.resource_class_names())
                 and all(name in traits for name in request.trait_names())
-                and all(uuid in aggregates for uuid in request.aggregate_uuids()))
+                and all(uuid in aggregates for uuid in request.aggregate_uuids())):
+            return seen
+        return None
 
-    def names(self, request: AllocationCandidatesRequest, snapshot: ProviderSnapshot) -> Names:
-        """``request``'s names, which :meth:`covers`, with its ``in_tree``
-        roots as ``snapshot`` holds them."""
-        classes, traits, aggregates = self._classes, self._traits, self._aggregates
+    @staticmethod
+    def names(request: AllocationCandidatesRequest, snapshot: ProviderSnapshot, seen: _Seen) -> Names:
+        """``request``'s names from ``seen`` (what :meth:`covering` gave for
+        it), with its ``in_tree`` roots as ``snapshot`` holds them."""
+        classes, traits, aggregates = seen.classes, seen.traits, seen.aggregates
         in_tree_roots: dict[str, int] | None = {}
         for uuid in request.in_tree_uuids():
             provider = snapshot.by_uuid(uuid)
@@ -232,7 +233,17 @@ class KnownNames:
         return Names({name: classes[name] for name in request.resource_class_names()},
                      {name: traits[name] for name in request.trait_names() | {SHARING_TRAIT}},
                      {uuid: aggregates[uuid] for uuid in request.aggregate_uuids()},
-                     in_tree_roots, traits[SHARING_TRAIT], self._class_names)
+                     in_tree_roots, traits[SHARING_TRAIT], seen.class_names)
+
+
+class _Seen(NamedTuple):
+    """The names :class:`KnownNames` holds at one moment."""
+
+    classes: dict[str, int]
+    traits: dict[str, int]
+    aggregates: dict[str, int]
+    #: Every class's name by id, as last read.
+    class_names: dict[int, str]
 
 
 def first_unknown(request: AllocationCandidatesRequest, class_ids: Collection[str],
