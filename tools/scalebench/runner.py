@@ -773,6 +773,15 @@ def warm(server: Server, args) -> None:
             thread.join()
 
 
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every CPU of the machine so far (/proc/stat):
+    how busy the machine was, client and database server included."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers: range, seconds: float,
                   phase: dict) -> tuple:
     """One phase: the readers (and ``writers`` writers of ``run``) for
@@ -787,6 +796,7 @@ def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers
     threads = _readers(server, args, stop, times, failures)
     threads += [threading.Thread(target=run.writer, args=(k, stop, None)) for k in writers]
     before = run.stats["gets"] + run.stats["puts"]
+    machine = _machine_ticks()
     token = sampler.begin(server.label)
     started = time.perf_counter()
     wall = time.time()
@@ -797,7 +807,10 @@ def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers
     for thread in threads:
         thread.join()
     cpu = sampler.end(token)
+    busy, total = (after - before for after, before in zip(_machine_ticks(), machine))
     own = server.logged_times(STREAM_QUERY, wall, time.time())
+    phase["machine_busy"] += busy
+    phase["machine_total"] += total
     phase["times"] += times
     phase["own"] += own
     phase["failures"] += failures
@@ -825,7 +838,7 @@ def stream(servers: list[Server], sampler: Sampler, args) -> dict:
             "run": ClaimRun(server, args, f"{args.seed}-stream"),
             "rounds": [],
             **{phase: {"times": [], "own": [], "failures": [], "seconds": 0.0, "requests": 0, "server_cpu": 0.0,
-                       "db_cpu": 0.0} for phase in ("idle", "writing")}}
+                       "db_cpu": 0.0, "machine_busy": 0, "machine_total": 0} for phase in ("idle", "writing")}}
     for number in range(rounds):
         for server in (servers if number % 2 == 0 else servers[::-1]):
             own = state[server.label]
@@ -847,6 +860,9 @@ def stream(servers: list[Server], sampler: Sampler, args) -> dict:
                           "read_p95_ms": _ms(percentile(got["times"], 95)),
                           "read_failures": [str(f) for f in got["failures"][:5]],
                           "read_failure_count": len(got["failures"]), "seconds": round(got["seconds"], 1),
+                          # The share of the machine's CPUs busy (every process).
+                          "machine_busy": (round(got["machine_busy"] / got["machine_total"], 2)
+                                           if got["machine_total"] else None),
                           "server_cpu_ms_per_request": (round(got["server_cpu"] * 1000 / got["requests"], 2)
                                                         if got["requests"] else None),
                           "db_cpu_ms_per_request": (round(got["db_cpu"] * 1000 / got["requests"], 2)
@@ -873,7 +889,8 @@ def stream(servers: list[Server], sampler: Sampler, args) -> dict:
             f"(by round x{', x'.join(str(r['client']) for r in own['rounds'])}); "
             f"{res['writing']['reads']} reads, {res['writing']['read_failure_count']} failed; server CPU "
             f"per request idle {res['idle']['server_cpu_ms_per_request']}, while writing "
-            f"{res['writing']['server_cpu_ms_per_request']} ms")
+            f"{res['writing']['server_cpu_ms_per_request']} ms; machine busy idle "
+            f"{res['idle']['machine_busy']:.0%}, while writing {res['writing']['machine_busy']:.0%}")
         _print_claims(server.label, res["writing"]["claims"], "stream claims")
     if len(servers) == 2:
         a, b = (result[s.label]["writing"]["read_p50_ms"] for s in servers)
