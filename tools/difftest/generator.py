@@ -509,6 +509,7 @@ class Generator:
             query["required"] = self.trait() if v < mv(22) or self.chance(0.5) else "!" + self.trait()
         if v >= mv(21) and self.chance(0.2):
             query["member_of"] = self.rng.choice(self.model.aggregates)
+        suffix = None
         if v >= mv(25) and self.chance(0.3):
             suffix = "1" if v < mv(33) else self.rng.choice(["1", "_NET"])
             classes = self.model.classes()[:3]
@@ -517,11 +518,36 @@ class Generator:
             query[f"resources{suffix}"] = f"{self.rng.choice(classes)}:1"
             if self.chance(0.8):
                 query["group_policy"] = self.rng.choice(["none", "isolate", "bogus"])
+            self._group_filters(query, suffix, v)
         if v >= mv(31) and self.chance(0.1):
             query["in_tree"] = self.rp()
         if v >= mv(35) and self.chance(0.1):
             query["root_required"] = self.trait()
+        if v >= mv(36) and self.chance(0.2):
+            # A resourceless group (1.36), named with a group of resources in
+            # same_subtree; its filters may be only forbidden ones, or in_tree.
+            if suffix is None:
+                suffix = "1" if self.chance(0.5) else "_NET"
+                query[f"resources{suffix}"] = f"{self.rng.choice(self.model.classes()[:3])}:1"
+            empty = self.rng.choice(["2", "_R"])
+            self._group_filters(query, empty, v, at_least_one=True)
+            query["same_subtree"] = f"{suffix},{empty}" if self.chance(0.9) else f"{empty},{suffix}"
+            query.setdefault("group_policy", self.rng.choice(["none", "isolate"]))
         return self.request("GET", "/allocation_candidates?" + urlencode(query), v)
+
+    def _group_filters(self, query: dict, suffix: str, v, *, at_least_one: bool = False) -> None:
+        """Some of a suffixed group's own filters: required or forbidden
+        traits, member_of (or a forbidden aggregate from 1.32), in_tree."""
+        while True:
+            if self.chance(0.4):
+                query[f"required{suffix}"] = self.trait() if self.chance(0.5) else "!" + self.trait()
+            if self.chance(0.25):
+                aggregate = self.rng.choice(self.model.aggregates)
+                query[f"member_of{suffix}"] = "!" + aggregate if v >= mv(32) and self.chance(0.4) else aggregate
+            if v >= mv(31) and self.chance(0.15):
+                query[f"in_tree{suffix}"] = self.rp()
+            if not at_least_one or any(key.endswith(suffix) and not key.startswith("resources") for key in query):
+                return
 
     def reshaper(self):
         """A reshape with the service role (the new defaults want it): mostly
