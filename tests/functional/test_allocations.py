@@ -433,6 +433,35 @@ def test_over_capacity_still_checks_units_and_moves_are_judged_per_provider(app,
         "allocations": [{"resource_provider": {"uuid": a}, "resources": {"VCPU": 5}}]}).status == 204
 
 
+def test_a_provider_without_inventory_is_named_with_every_class_placement_checks(app, api128, rp):
+    """Asked of the reference Placement: when a provider of the request has
+    no inventory at all, the 409 names every class the request allocates
+    and every class its emptied consumers give up, in class id order."""
+    bare, other = seed_provider(app), seed_provider(app, {"IPV4_ADDRESS": 8})
+    emptied, kept, held_elsewhere = new_uuid(), new_uuid(), new_uuid()
+    assert api128.put(f"/allocations/{emptied}", json=body(claim(rp, VCPU=1, DISK_GB=10))).status == 204
+    assert api128.put(f"/allocations/{held_elsewhere}", json=body(claim(other, IPV4_ADDRESS=1))).status == 204
+
+    def refused(batch: dict) -> str:
+        r = api128.post("/allocations", json={consumer: {"allocations": allocations, "project_id": "p",
+                                                          "user_id": "u", "consumer_generation": generation}
+                                              for consumer, (allocations, generation) in batch.items()})
+        assert r.status == 409, r
+        return r.error()["detail"].split("\n\n")[-1].strip()
+
+    new = {**claim(bare, MEMORY_MB=100)}
+    assert refused({kept: (new, None), emptied: ({}, 1)}) == (
+        f"Unable to allocate inventory: Inventory for 'VCPU, MEMORY_MB, DISK_GB' on resource provider '{bare}' "
+        "invalid.")
+    assert refused({kept: (new, None), held_elsewhere: ({}, 1)}) == (
+        f"Unable to allocate inventory: Inventory for 'MEMORY_MB, IPV4_ADDRESS' on resource provider '{bare}' "
+        "invalid.")
+    # A consumer that moves (not emptied) names only what it asks for; the
+    # classes asked for are in id order, not the request's.
+    assert "Inventory for 'MEMORY_MB' on" in refused({emptied: (new, 1)})
+    assert "Inventory for 'VCPU, MEMORY_MB' on" in refused({kept: ({**new, **claim(rp, VCPU=1)}, None)})
+
+
 def test_unknown_provider_class_and_missing_inventory(app, api128, rp):
     missing = new_uuid()
     r = api128.put(f"/allocations/{new_uuid()}", json=body(claim(missing, VCPU=1)))
