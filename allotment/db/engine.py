@@ -228,7 +228,8 @@ PREPARE = "allotment_prepare"
 #: Prepared statements kept per connection (least recently used first out).
 PREPARED_PER_CONNECTION = 256
 _PREPARED = "allotment_prepared"
-_PLACEHOLDER = re.compile(r"%%|%\(([^)]+)\)s")
+#: A pyformat placeholder (``%(name)s``) or an escaped ``%%``.
+PLACEHOLDER = re.compile(r"%%|%\(([^)]+)\)s")
 
 
 def prepared(statement: T) -> T:
@@ -250,7 +251,7 @@ class _Prepared:
 
 
 @functools.lru_cache(maxsize=4096)
-def _convert(statement: str) -> tuple[str, str]:
+def prepared_form(statement: str) -> tuple[str, str]:
     """(``statement`` with $n placeholders and no ``%%`` escapes, to
     PREPARE; the "(%(a)s, %(b)s)" arguments of its EXECUTE), kept per
     statement text: a pure function of the text."""
@@ -261,7 +262,7 @@ def _convert(statement: str) -> tuple[str, str]:
             return "%"
         return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
 
-    text = _PLACEHOLDER.sub(number, statement)
+    text = PLACEHOLDER.sub(number, statement)
     return text, "(" + ", ".join(f"%({name})s" for name in numbers) + ")"
 
 
@@ -335,7 +336,7 @@ def _prepare_statements(engine: Engine) -> None:
     def do_execute(cursor, statement, parameters, context=None):
         if (context is not None and parameters and context.execution_options.get(PREPARE)
                 and type(parameters) is dict):
-            text, arguments = _convert(statement)
+            text, arguments = prepared_form(statement)
             execute = prepared_execute(context.root_connection.connection, cursor, statement, text,
                                        "EXECUTE {name}" + arguments)
             if execute is not None:

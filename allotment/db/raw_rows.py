@@ -43,7 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db.engine import forget_prepared, prepared_execute
+from allotment.db.engine import PLACEHOLDER, forget_prepared, prepared_execute, prepared_form
 
 #: libpq's transaction status outside a transaction (psycopg2's
 #: TRANSACTION_STATUS_IDLE), the only state in which a failed read on
@@ -54,9 +54,6 @@ _PG_IDLE = 0
 #: list lengths); meant for statements built once per process (or per
 #: query shape), not per call.
 MAX_ENTRIES = 4096
-
-_PYFORMAT = re.compile(r"%%|%\(([^)]+)\)s")
-
 
 class _Value:
     """Stands for one parameter value while the recipe is worked out."""
@@ -132,7 +129,7 @@ def _plan(dialect, statement: sa.Executable, params: dict, key: tuple) -> _Plan:
             order.append(match.group(1))
             return "%s"
 
-        text = _PYFORMAT.sub(placeholder, expanded.statement)
+        text = PLACEHOLDER.sub(placeholder, expanded.statement)
     recipe: list[tuple] = []
     for name in order:
         value = expanded.parameters[name]
@@ -273,25 +270,17 @@ def write(conn: Connection, statement: sa.Executable, params: dict | list[dict])
 class HandWritten:
     """A read written for one backend by hand (PostgreSQL: a statement the
     SQL expression language would make no clearer), with ``%(name)s``
-    placeholders; made once, at import.  ``prepare``: its text for a
-    prepared statement (``$n``), and the names in their order."""
+    placeholders; made once, at import.  ``prepare`` and ``execute``: its
+    prepared form and the ``EXECUTE`` that runs it
+    (:func:`allotment.db.engine.prepared_form`, as for the engine's own
+    prepared statements)."""
 
-    __slots__ = ("text", "prepare", "names", "execute")
+    __slots__ = ("text", "prepare", "execute")
 
     def __init__(self, text: str):
         self.text = text
-        names: list[str] = []
-
-        def numbered(match: re.Match) -> str:
-            if match.group() == "%%":
-                return "%"
-            if match.group(1) not in names:
-                names.append(match.group(1))
-            return f"${names.index(match.group(1)) + 1}"
-
-        self.prepare = _PYFORMAT.sub(numbered, text)
-        self.names = tuple(names)
-        self.execute = "EXECUTE {name}" + (f" ({', '.join(['%s'] * len(names))})" if names else "")
+        self.prepare, arguments = prepared_form(text)
+        self.execute = "EXECUTE {name}" + (f" {arguments}" if arguments != "()" else "")
 
 
 def one_row(conn: Connection, statement: HandWritten, params: dict) -> tuple:
@@ -302,16 +291,14 @@ def one_row(conn: Connection, statement: HandWritten, params: dict) -> tuple:
     dbapi_conn = conn.connection
     cursor = dbapi_conn.cursor()
     try:
-        execute, values = None, params
+        execute = None
         try:
             execute = prepared_execute(dbapi_conn, cursor, statement.text, statement.prepare, statement.execute)
-            if execute is not None:
-                values = [params[name] for name in statement.names]
-            cursor.execute(statement.text if execute is None else execute, values)
+            cursor.execute(statement.text if execute is None else execute, params)
             return cursor.fetchone()
         except conn.dialect.dbapi.Error as error:
             if execute is not None:
                 forget_prepared(dbapi_conn, statement.text)
-            _raise(conn, error, statement.text, values, cursor)
+            _raise(conn, error, statement.text, params, cursor)
     finally:
         cursor.close()
