@@ -227,9 +227,10 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     existing, old_rows, by_uuid, by_id, class_ids = (found.consumers, found.old_rows, found.providers,
                                                      found.generations, found.class_ids)
     emptied = {r.consumer_uuid for r in requests if not r.resources}
-    # Placement bumps the providers a consumer is emptied from, not those
-    # it merely moves away from.
-    release_ids = {row.provider_id for row in old_rows if row.consumer_uuid in emptied}
+    # What emptied consumers give up.  Placement bumps the providers a
+    # consumer is emptied from, not those it merely moves away from.
+    given_up = [row for row in old_rows if row.consumer_uuid in emptied] if emptied else []
+    release_ids = {row.provider_id for row in given_up}
     for name in names:
         if name not in class_ids:
             raise AllocationNamesUnknownClass(name)
@@ -242,7 +243,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     if any(claim.amount > inventory_fit.MAX_INT for claim in claims):
         # Larger than any column holds, and than any max_unit allows:
         # refuse with the constraint error before writing.
-        _check_claims(conn, claims, after_write=False, emptied=_emptied_rows(old_rows, emptied))
+        _check_claims(conn, claims, after_write=False, given_up=given_up)
 
     bumped = {claim.provider_id for claim in claims} | release_ids
     try:
@@ -263,8 +264,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
             raw_rows.write(conn, _INSERT_ROW, rows)  # the DBAPI's executemany, as SQLAlchemy's
         else:
             conn.execute(_INSERT_ROW, rows)  # one multi-row INSERT (SQLAlchemy's insertmanyvalues)
-    _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows),
-                  emptied=_emptied_rows(old_rows, emptied))
+    _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows), given_up=given_up)
 
 
 def check_consumers_and_providers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
@@ -534,13 +534,13 @@ _INVENTORY_USAGE = prepared(
 _Record = collections.namedtuple("_Record", _INVENTORY_USAGE.selected_columns.keys())
 
 
-def _bare_classes(conn: Connection, claims: list[Claim], emptied: Sequence[_OldRow]) -> str:
+def _bare_classes(conn: Connection, claims: list[Claim], given_up: Sequence[_OldRow]) -> str:
     """The classes Placement names when a provider has no inventory at all:
     every class the request allocates and every class its emptied consumers
     give up (Placement checks those as allocations of 0), in class id
     order; asked of the reference Placement."""
     names = {claim.class_id: claim.class_name for claim in claims}
-    unnamed = sorted({row.class_id for row in emptied} - names.keys())
+    unnamed = sorted({row.class_id for row in given_up} - names.keys())
     if unnamed:
         names.update(conn.execute(sa.select(RC.c.id, RC.c.name).where(RC.c.id.in_(unnamed))).all())
     return ", ".join(names[class_id] for class_id in sorted(names))
@@ -553,21 +553,16 @@ def _inventory_usage(conn: Connection, provider_ids: set[int], class_ids: set[in
     return {(row[0], row[1]): _Record(*row) for row in rows}
 
 
-def _emptied_rows(old_rows: Sequence[_OldRow], emptied: set[str]) -> list[_OldRow]:
-    """The allocations given up by the consumers ``emptied`` (no resources)."""
-    return [row for row in old_rows if row.consumer_uuid in emptied] if emptied else []
-
-
 def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
                   growth: Mapping[tuple[int, int], int] | None = None,
-                  emptied: Sequence[_OldRow] = ()) -> None:
+                  given_up: Sequence[_OldRow] = ()) -> None:
     """Raise the first capacity rule the claims break, as Placement reports it.
 
     ``after_write``: usage already includes the claims.  Otherwise (the
     oversized-amount guard, before writing) only presence and unit rules
     can fail, because those amounts exceed every ``max_unit``.  With
     ``growth``, usage over capacity is refused only where the write
-    increased it.  ``emptied``: the allocations that consumers of the same
+    increased it.  ``given_up``: the allocations that consumers of the same
     request give up (their classes are named too when a provider has no
     inventory at all, see :func:`_bare_classes`).
     """
@@ -577,7 +572,7 @@ def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
     with_inventory = {pid for pid, _ in records}
     bare = list(dict.fromkeys(c.provider_uuid for c in claims if c.provider_id not in with_inventory))
     if bare:
-        raise InvalidInventory(_bare_classes(conn, claims, emptied), ", ".join(bare))
+        raise InvalidInventory(_bare_classes(conn, claims, given_up), ", ".join(bare))
     for claim in claims:
         record = records.get((claim.provider_id, claim.class_id))
         if record is None:
