@@ -394,6 +394,12 @@ def _aggregate_problems(suffix: str, aggs: AggregateExpression, prov: Provider,
     return found
 
 
+def _names_nothing(slot: solver.Slot) -> bool:
+    """A resourceless group with no required trait or aggregate: the solver
+    finds no provider for it (``solver.names_something``)."""
+    return slot.single and not slot.amounts and not solver.names_something(slot.group)
+
+
 def provider_problems(plan: solver.Plan, slot: solver.Slot, prov: Provider, anchor: int) -> list[Problem]:
     """Everything that keeps ``prov`` from serving ``slot`` for a candidate
     anchored at ``anchor`` (its own root, or a tree a sharing provider
@@ -402,7 +408,7 @@ def provider_problems(plan: solver.Plan, slot: solver.Slot, prov: Provider, anch
     grp = slot.group
     suffix = grp.suffix
     found: list[Problem] = []
-    if slot.single and not slot.amounts and not solver.names_something(grp):
+    if _names_nothing(slot):
         found.append(Problem(NAMES_NOTHING, suffix, provider_id=prov.id, hard=True))
     for rc, amount in slot.amounts:
         inv = prov.inventories.get(rc)
@@ -510,7 +516,7 @@ class _Explainer:
         grp = slot.group
         amounts = ", ".join(f"{rc}:{amount}" for rc, amount in slot.amounts)
         filters = []
-        if slot.single and not slot.amounts and not solver.names_something(grp):
+        if _names_nothing(slot):
             filters.append((NAMES_SOMETHING, "is named by a required trait or aggregate (the group has none)"))
         if slot.amounts:
             filters.append((INVENTORY, "has " + ", ".join(rc for rc, _ in slot.amounts) + " inventory"))
