@@ -106,6 +106,17 @@ class Cloud:
             max_unit=total, step_size=1, allocation_ratio=1.0))
 
 
+def _new_cloud(outside, more: int = 0) -> Cloud:
+    """Every table emptied, then a :class:`Cloud` written by the outside
+    writer, with ``more`` providers beside its three (enough that two
+    changed are not more than half, when every provider is read again)."""
+    _empty_tables(outside)
+    with outside.begin() as conn:
+        cloud = Cloud(conn)
+        cloud.providers += [cloud.provider(conn) for _ in range(more)]
+    return cloud
+
+
 def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
     """One write of ``kind`` in plain SQL (``pick`` chooses the provider)."""
     inv, alloc = tables.inventories, tables.allocations
@@ -280,9 +291,7 @@ def _reads_match_after_writes(apps, steps, *, lender: bool) -> None:
 
 def test_answers_are_reused_until_someone_writes(apps):
     cached, _, _, outside, _ = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
+    cloud = _new_cloud(outside)
     api, cache = ApiClient(cached), cached.state.answers
     first = api.get("/allocation_candidates?resources=VCPU:1").json
     hits = cache.hits
@@ -298,9 +307,7 @@ def test_answers_are_reused_until_someone_writes(apps):
 
 def test_a_missing_trigger_turns_reuse_off(apps):
     cached, _, _, outside, _ = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        Cloud(conn)
+    _new_cloud(outside)
     api, cache = ApiClient(cached), cached.state.answers
     name = f"{changes.TRIGGER_PREFIX}allocations" + ("_insert" if BACKEND == "sqlite" else "")
     with outside.begin() as conn:
@@ -321,9 +328,7 @@ def test_the_log_is_folded_into_the_counter(apps):
     cached, _, _, outside, _ = apps
     if BACKEND != "postgresql":
         pytest.skip("the log exists on PostgreSQL only")
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
+    cloud = _new_cloud(outside)
     for pick in range(3):
         with outside.begin() as conn:
             _write_raw(cloud, conn, "generation", pick, 1)
@@ -347,9 +352,7 @@ def test_the_log_is_folded_without_reused_answers(db_url, mirror):
     application = _application(db_url, 0, mirror=mirror)
     outside = sa.create_engine(db_url)
     try:
-        _empty_tables(outside)
-        with outside.begin() as conn:
-            cloud = Cloud(conn)
+        cloud = _new_cloud(outside)
         api = ApiClient(application)
         for pick in range(changes.COMPACT_AT + 1):
             with outside.begin() as conn:
@@ -382,11 +385,7 @@ def test_memory_stays_within_its_bound():
 @pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
 def test_the_mirror_reads_again_only_what_changed(apps, monkeypatch):
     _, fresh, other, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
-        # Enough that two changed are not more than half (then all are read).
-        cloud.providers += [cloud.provider(conn) for _ in range(5)]
+    cloud = _new_cloud(outside, more=5)
     mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
 
@@ -430,10 +429,7 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     class the mirror does not know) goes the transaction's way, and every
     answer is the fresh one."""
     _, fresh, other, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
-        cloud.providers += [cloud.provider(conn) for _ in range(5)]
+    cloud = _new_cloud(outside, more=5)
     mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
     calls = {"one_row": 0, "pg_notes": 0}
@@ -485,10 +481,7 @@ def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypa
     whether the log holds 2 transactions or 200.  A write that was in
     progress when a refresh read is seen by the next one."""
     _, fresh, other, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
-        cloud.providers += [cloud.provider(conn) for _ in range(5)]
+    cloud = _new_cloud(outside, more=5)
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
     sent = []
@@ -533,9 +526,7 @@ def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypa
 @pytest.mark.skipif(BACKEND != "sqlite", reason="reads without a transaction on PostgreSQL")
 def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
     _, _, _, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
+    cloud = _new_cloud(outside)
     mirror = mirrored.state.mirror
     with mirrored.db.read() as old:
         number, _ = changes.read_number(old)
@@ -566,9 +557,7 @@ def test_a_lender_filling_up_takes_its_disk_out_of_kept_candidates(apps):
 
 def test_the_names_of_a_request_are_read_again_once_the_number_moves(apps):
     _, _, _, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        Cloud(conn)
+    _new_cloud(outside)
     api = ApiClient(mirrored)
     query = "/allocation_candidates?resources=VCPU:1&required=CUSTOM_NEWLY_MADE"
     for _ in range(2):  # the second with the names kept at this number
@@ -586,9 +575,7 @@ def test_names_known_to_the_mirror_are_not_read_again_after_a_write(apps, monkey
     yet, and every name after a class is renamed (a full read), is read
     again; every answer is the fresh one."""
     _, fresh, other, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
+    cloud = _new_cloud(outside)
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     module = "allotment.db.allocation_candidates"
     calls = []
@@ -700,9 +687,7 @@ def test_the_mirror_learns_a_class_made_after_its_names(apps):
     made since (which notes no provider) is read when a partial read meets
     inventory of it, and the summaries show that inventory."""
     _, fresh, _, outside, mirrored = apps
-    _empty_tables(outside)
-    with outside.begin() as conn:
-        cloud = Cloud(conn)
+    cloud = _new_cloud(outside)
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     assert _answer(api, QUERIES[0], "1.39") == _answer(checker, QUERIES[0], "1.39")
     full = mirrored.state.mirror.full_reads
