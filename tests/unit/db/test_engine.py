@@ -148,3 +148,31 @@ def test_mysql_wsrep_sync_wait_is_set_on_every_session(db_url):
                     == conn.exec_driver_sql("SELECT @@GLOBAL.wsrep_sync_wait").scalar())
     finally:
         plain.dispose()
+
+
+@pytest.mark.skipif(BACKEND != "sqlite", reason="BEGIN IMMEDIATE waits for SQLite's one writer")
+def test_sqlite_begin_that_finds_the_database_locked_is_retried(db_url, monkeypatch):
+    """The BEGIN sent on the DBAPI cursor: a BEGIN IMMEDIATE that finds
+    another writer still holding the database after the busy timeout is
+    raised as SQLAlchemy's error, which a write counts as transient and
+    runs again (here once the other writer is done)."""
+    import sqlite3
+    import threading
+
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(engine_module, "TRANSIENT_RETRIES", 200)
+    database = Database(db_url, pool_size=1, max_overflow=0)
+    holder = sqlite3.connect(sa.engine.make_url(db_url).database, isolation_level=None,
+                             check_same_thread=False)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sa.exc.OperationalError, match="database is locked") as raised:
+            with database.write():
+                pass
+        assert engine_module.is_transient(raised.value)
+        threading.Timer(0.3, holder.rollback).start()
+        assert database.run_write(lambda conn: conn.exec_driver_sql("SELECT 1").scalar()) == 1
+    finally:
+        holder.rollback()
+        holder.close()
+        database.engine.dispose()
