@@ -523,6 +523,41 @@ def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypa
             tables.allocations.c.used == 7)).scalar_one() == 1
 
 
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the snapshot of the notes is PostgreSQL's")
+def test_postgresql_notes_read_the_provider_log_from_the_snapshots_oldest(apps):
+    """The notes read the provider log from the earlier snapshot's oldest
+    running transaction on, a range of its key, not the whole log (under a
+    stream of claims it holds hundreds of rows until it is folded), and
+    still name the provider written since.  (EXPLAIN of the statement with
+    its values in place: the plan the server makes for them.)"""
+    _, _, _, outside, mirrored = apps
+    cloud = _new_cloud(outside, more=5)
+    with mirrored.db.write() as conn:
+        changes.compact(conn)
+    for k in range(120):
+        with outside.begin() as conn:
+            _write_raw(cloud, conn, "allocate", 2 + k % 5, 1)
+    with mirrored.db.read() as conn:
+        notes, _ = changes.pg_notes(conn, None)
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "allocate", 1, 1)
+    with mirrored.db.engine.connect() as conn:
+        logged = conn.execute(sa.text(f"SELECT count(*) FROM {changes.PROVIDER_LOG}")).scalar_one()
+        (plan,) = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + changes._PG_NOTES,
+                                       changes.pg_since(notes)).one()
+        _, changed = changes.pg_notes(conn, notes)
+    assert changed == {cloud.providers[1]}
+
+    def read_of_the_log(node: dict) -> int:
+        rows = 0
+        if node.get("Relation Name") == changes.PROVIDER_LOG:
+            rows += node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        return rows + sum(read_of_the_log(child) for child in node.get("Plans", []))
+
+    assert logged >= 120
+    assert read_of_the_log(plan[0]["Plan"]) <= 2
+
+
 @pytest.mark.skipif(BACKEND != "sqlite", reason="reads without a transaction on PostgreSQL")
 def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
     _, _, _, outside, mirrored = apps
