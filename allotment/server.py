@@ -400,6 +400,69 @@ def _limit_malloc_arenas() -> None:
     mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
 
 
+class CpuPins:
+    """Each worker process bound to one CPU of its own (``--cpu-affinity``).
+
+    A worker's event loop, request threads and granian's runtime hand every
+    request to each other several times; each hand-off wakes a sleeping
+    thread, and a thread woken on another CPU costs that CPU an interrupt
+    and its caches.  Bound to one CPU, a worker's threads wake where they
+    ran.  The GIL lets a worker's Python use one CPU at a time anyway.
+    Measured on this 2-core machine, 2 workers, 16 clients claiming (the
+    bench's race, 4 runs each way, both builds in every run): server CPU
+    per claim 8% less on SQLite and 17% less on PostgreSQL (the database's
+    13% less), claims/s 20-25% more; one client's ``GET /`` 0.64-0.69 ->
+    0.49-0.54 ms of CPU.
+
+    The master makes one before the workers are forked; each worker takes
+    the CPU with the fewest live workers (a replaced worker's CPU is free
+    again once it has exited) and binds every thread it has, and the ones
+    it starts later inherit it.
+    """
+
+    def __init__(self, cpus: Iterable[int], workers: int):
+        self.cpus = sorted(cpus)
+        # Room for every worker to be replaced twice while the old one drains.
+        self.pids = multiprocessing.get_context("fork").Array("i", [0] * (3 * workers + len(self.cpus)))
+
+    @staticmethod
+    def applies(cpus: Iterable[int], workers: int) -> bool:
+        """Whether ``workers`` can have a CPU each (of ``cpus``, this process's)."""
+        return hasattr(os, "sched_setaffinity") and 0 < workers <= len(list(cpus))
+
+    def take(self) -> int:
+        """Bind this process's threads to the CPU :meth:`choose` gives; that CPU."""
+        cpu = self.choose(os.getpid())
+        for thread in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(thread), {cpu})
+            except OSError:  # the thread ended meanwhile
+                pass
+        return cpu
+
+    def choose(self, pid: int) -> int:
+        """The CPU with the fewest live workers (the first of them), counted
+        for ``pid`` from now on."""
+        count = len(self.cpus)
+        with self.pids.get_lock():
+            taken = [bool(other) and _alive(other) for other in self.pids]
+            live = [sum(taken[slot::count]) for slot in range(count)]
+            target = live.index(min(live))
+            free = next((slot for slot in range(target, len(taken), count) if not taken[slot]), None)
+            if free is not None:  # else more workers live than ever planned: bound, not counted
+                self.pids[free] = pid
+        return self.cpus[target]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (an exited worker not yet reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 def worker_application(app, timeout: float) -> _Worker:
     """What a freshly forked worker serves: ``app``, set up for this process."""
     # Connections opened in the master must not be shared with children.
@@ -443,11 +506,13 @@ def prepare_metrics(conf) -> str | None:
 
 
 def run(app, *, host: str, port: int, workers: int, threads: int, timeout: int,
-        body_timeout: float = BODY_TIMEOUT, metrics_dir: str | None = None) -> None:
+        body_timeout: float = BODY_TIMEOUT, metrics_dir: str | None = None, pin: bool = True) -> None:
     """Serve ``app`` until SIGTERM/SIGINT (SIGHUP: replace the workers).
 
     With ``body_timeout`` > 0 through :class:`_BodyFirst` (granian's ASGI
-    interface), else through granian's WSGI interface."""
+    interface), else through granian's WSGI interface.  With ``pin``, each
+    worker bound to a CPU of its own where there are enough
+    (:class:`CpuPins`)."""
     from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
     from granian.log import LogLevels
@@ -459,7 +524,19 @@ def run(app, *, host: str, port: int, workers: int, threads: int, timeout: int,
     body_limit = app.conf.allotment.max_request_body_size
     body_first = body_timeout > 0
 
+    pins = None
+    if pin:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if CpuPins.applies(cpus, workers):
+            pins = CpuPins(cpus, workers)
+            LOG.info("each of the %d workers bound to a CPU of its own (of %s)", workers,
+                     ",".join(map(str, cpus)))
+        else:
+            LOG.info("workers not bound to CPUs: %d workers, %d CPUs", workers, len(cpus))
+
     def load(_target):
+        if pins is not None:
+            pins.take()
         worker = worker_application(app, timeout)
         if body_first:
             return _BodyFirst(worker, threads, body_limit, body_timeout)

@@ -38,6 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds a client has to send a request body once its headers have arrived, "
                              "else 408 (default 30); 0: no limit, the request's thread reads the body "
                              "(slightly cheaper; only behind a proxy that buffers request bodies)")
+    parser.add_argument("--cpu-affinity", choices=("auto", "off"), default="auto",
+                        help="auto (default): bind each worker to a CPU of its own when there are at "
+                             "least as many CPUs as workers (less CPU per request); off: let the "
+                             "kernel move them")
     parser.add_argument("--allow-insecure-noauth", action="store_true",
                         help="allow [api] auth_strategy = noauth2 on a non-loopback address")
 
@@ -70,6 +74,6 @@ def run(args: argparse.Namespace) -> int:
     app.db.dispose()  # never share the migration's connections with forked workers
     workers = args.workers or max(2, os.cpu_count() or 1)
     server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,
-               timeout=args.timeout, metrics_dir=metrics_dir,
+               timeout=args.timeout, metrics_dir=metrics_dir, pin=args.cpu_affinity == "auto",
                body_timeout=server.BODY_TIMEOUT if args.body_timeout is None else max(args.body_timeout, 0))
     return 0

@@ -378,3 +378,42 @@ def test_workers_start_with_the_provider_mirror_read_by_the_master(fresh_db, tmp
     assert log.count("provider mirror: read every provider") == 1, log
     worker_pids = {line.split()[2] for line in log.splitlines() if "GET /allocation_candidates" in line}
     assert len(worker_pids) == 2, log
+
+
+# -- workers bound to CPUs ------------------------------------------------
+
+def _workers_cpus(live: LiveServer) -> list[set[str]]:
+    """For each worker process of ``live``, the CPU lists its threads may run on."""
+    found = []
+    for child in Path(f"/proc/{live.process.pid}/task/{live.process.pid}/children").read_text().split():
+        lists = set()
+        for thread in Path(f"/proc/{child}/task").iterdir():
+            for line in (thread / "status").read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    lists.add(line.split(":", 1)[1].strip())
+        found.append(lists)
+    return found
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs for two workers")
+def test_each_worker_runs_on_a_cpu_of_its_own(tmp_path_factory):
+    """With as many CPUs as workers, every thread of a worker is bound to
+    one CPU and no two workers share one; ``--cpu-affinity off`` leaves them
+    free, as with more workers than CPUs."""
+    allowed = os.sched_getaffinity(0)
+    with running_on_new_database(tmp_path_factory, "pin", "--workers", "2") as live:
+        assert get(live, "/", token=None).status_code == 200
+        bound = _workers_cpus(live)
+        assert len(bound) == 2 and all(len(lists) == 1 for lists in bound), bound
+        cpus = [next(iter(lists)) for lists in bound]
+        assert len(set(cpus)) == 2 and {int(cpu) for cpu in cpus} <= allowed
+        assert wait_for_log(live, "bound to a CPU of its own")
+    for args in (("--workers", "2", "--cpu-affinity", "off"), ("--workers", str(len(allowed) + 1))):
+        with running_on_new_database(tmp_path_factory, "free", *args) as live:
+            free = _workers_cpus(live)
+            assert len(free) == int(args[1]) and all(len(lists) == 1 for lists in free)
+            master = [line.split(":", 1)[1].strip() for line in
+                      Path(f"/proc/{live.process.pid}/status").read_text().splitlines()
+                      if line.startswith("Cpus_allowed_list:")]
+            assert [next(iter(lists)) for lists in free] == master * len(free)
+            assert "bound to a CPU" not in live.log()

@@ -292,3 +292,47 @@ def test_the_worker_rules_hold_behind_the_adapter():
     client = _Client()
     _run(adapter(_scope(b"/resource_providers", query=b"name=" + b"a" * 8200), client.receive, client.send))
     assert client.status == 414 and seen == []
+
+
+def _zombie_pid() -> int:
+    """The pid of a process that has exited and was not waited for."""
+    import os
+    import subprocess
+    import time
+
+    child = subprocess.Popen(["true"])
+    while True:
+        with open(f"/proc/{child.pid}/stat", "rb") as stat:
+            if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                break
+        time.sleep(0.01)
+    os.kill(child.pid, 0)  # still there
+    return child.pid
+
+
+def test_each_worker_takes_the_cpu_with_the_fewest_live_workers():
+    import os
+    import subprocess
+
+    assert server.CpuPins.applies([0, 1], 2) and server.CpuPins.applies([0, 1, 2, 3], 2)
+    assert not server.CpuPins.applies([0], 2) and not server.CpuPins.applies([0, 1], 3)
+    pins = server.CpuPins([5, 3], workers=2)
+    sleepers = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]
+    try:
+        first, second, third = (s.pid for s in sleepers)
+        assert pins.choose(first) == 3 and pins.choose(second) == 5
+        assert pins.choose(third) == 3  # one each: the first of them (a drained worker's successor)
+        sleepers[0].kill()
+        sleepers[0].wait()
+        # 3 has one live worker left, 5 one; once the other worker of 3 has
+        # exited too, a replacement goes to 3.
+        sleepers[2].kill()
+        sleepers[2].wait()
+        assert pins.choose(os.getpid()) == 3
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+    zombie = server.CpuPins([0, 1], workers=2)
+    assert zombie.choose(_zombie_pid()) == 0
+    assert zombie.choose(os.getpid()) == 0  # the first worker exited: not counted, zombie or not
