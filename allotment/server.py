@@ -400,6 +400,21 @@ def _limit_malloc_arenas() -> None:
     mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
 
 
+#: Seconds a starting worker waits for another to finish choosing its CPU.
+PIN_LOCK_WAIT = 2.0
+
+
+def default_workers() -> int:
+    """Worker processes when ``--workers`` is not given: one per CPU this
+    process may use (a container's cpuset or ``taskset`` may allow fewer
+    than the machine has), at least 2."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(2, cpus)
+
+
 class CpuPins:
     """Each worker process bound to one CPU of its own (``--cpu-affinity``).
 
@@ -444,13 +459,21 @@ class CpuPins:
         """The CPU with the fewest live workers (the first of them), counted
         for ``pid`` from now on."""
         count = len(self.cpus)
-        with self.pids.get_lock():
-            taken = [bool(other) and _alive(other) for other in self.pids]
+        lock = self.pids.get_lock()
+        # A worker killed while it held the lock (for microseconds) must not
+        # keep every later one from starting: past the wait, choose unlocked.
+        locked = lock.acquire(timeout=PIN_LOCK_WAIT)
+        pids = self.pids.get_obj()  # the array itself: its items would each take the lock
+        try:
+            taken = [bool(other) and _alive(other) for other in pids]
             live = [sum(taken[slot::count]) for slot in range(count)]
             target = live.index(min(live))
             free = next((slot for slot in range(target, len(taken), count) if not taken[slot]), None)
             if free is not None:  # else more workers live than ever planned: bound, not counted
-                self.pids[free] = pid
+                pids[free] = pid
+        finally:
+            if locked:
+                lock.release()
         return self.cpus[target]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
-import os
 import socket
 
 from allotment.cli import common
@@ -30,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8778, help="port to listen on (default 8778)")
     parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes (default: number of CPUs, at least 2)")
+                        help="worker processes (default: the number of CPUs it may use, at least 2)")
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
     parser.add_argument("--timeout", type=int, default=120,
                         help="seconds before a stuck worker is restarted (default 120)")
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if seconds is not None:
         LOG.info("provider mirror read in %.2f s, before the workers start", seconds)
     app.db.dispose()  # never share the migration's connections with forked workers
-    workers = args.workers or max(2, os.cpu_count() or 1)
+    workers = args.workers or server.default_workers()
     server.run(app, host=args.host, port=args.port, workers=workers, threads=args.threads,
                timeout=args.timeout, metrics_dir=metrics_dir, pin=args.cpu_affinity == "auto",
                body_timeout=server.BODY_TIMEOUT if args.body_timeout is None else max(args.body_timeout, 0))

@@ -336,3 +336,40 @@ def test_each_worker_takes_the_cpu_with_the_fewest_live_workers():
     zombie = server.CpuPins([0, 1], workers=2)
     assert zombie.choose(_zombie_pid()) == 0
     assert zombie.choose(os.getpid()) == 0  # the first worker exited: not counted, zombie or not
+
+
+def test_the_default_workers_are_the_cpus_this_process_may_use(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 5})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's, not this process's
+    assert server.default_workers() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {7})
+    assert server.default_workers() == 2
+
+
+def test_a_worker_that_died_holding_the_choice_does_not_keep_the_next_from_starting(monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setattr(server, "PIN_LOCK_WAIT", 0.05)
+    pins = server.CpuPins([0, 1], workers=2)
+    held, done = threading.Event(), threading.Event()
+
+    def holder():  # as a worker killed while choosing would leave it (the lock is re-entrant)
+        pins.pids.get_lock().acquire()
+        held.set()
+        done.wait(10)
+        pins.pids.get_lock().release()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        held.wait(10)
+        started = time.monotonic()
+        assert pins.choose(os.getpid()) == 0
+        assert time.monotonic() - started < 5  # not until the holder lets go
+        assert list(pins.pids.get_obj()).count(os.getpid()) == 1
+    finally:
+        done.set()
+        thread.join()
