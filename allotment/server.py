@@ -423,11 +423,11 @@ class CpuPins:
     thread, and a thread woken on another CPU costs that CPU an interrupt
     and its caches.  Bound to one CPU, a worker's threads wake where they
     ran.  The GIL lets a worker's Python use one CPU at a time anyway.
-    Measured on this 2-core machine, 2 workers, 16 clients claiming (the
+    Measured on a 2-core machine, 2 workers, 16 clients claiming (the
     bench's race, 4 runs each way, both builds in every run): server CPU
-    per claim 8% less on SQLite and 17% less on PostgreSQL (the database's
-    13% less), claims/s 20-25% more; one client's ``GET /`` 0.64-0.69 ->
-    0.49-0.54 ms of CPU.
+    per claim 0.79x on SQLite and 0.86x on PostgreSQL (the database's
+    0.89x), claims/s 1.37x and 1.19x; one client's ``GET /`` 0.64-0.69 ->
+    0.49-0.54 ms of CPU (docs/serving.md).
 
     The master makes one before the workers are forked; each worker takes
     the CPU with the fewest live workers (a replaced worker's CPU is free
