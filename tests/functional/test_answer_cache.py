@@ -529,7 +529,11 @@ def test_postgresql_notes_read_the_provider_log_from_the_snapshots_oldest(apps):
     running transaction on, a range of its key, not the whole log (under a
     stream of claims it holds hundreds of rows until it is folded), and
     still name the provider written since.  (EXPLAIN of the statement with
-    its values in place: the plan the server makes for them.)"""
+    its values in place: the plan the server makes for them.  The earlier
+    snapshot is written out, all before the last write seen ended, so that
+    transactions of other tests on the server cannot move its oldest.)"""
+    import dataclasses
+
     _, _, _, outside, mirrored = apps
     cloud = _new_cloud(outside, more=5)
     with mirrored.db.write() as conn:
@@ -537,8 +541,10 @@ def test_postgresql_notes_read_the_provider_log_from_the_snapshots_oldest(apps):
     for k in range(120):
         with outside.begin() as conn:
             _write_raw(cloud, conn, "allocate", 2 + k % 5, 1)
+            last = conn.execute(sa.text("SELECT txid_current()")).scalar_one()
     with mirrored.db.read() as conn:
         notes, _ = changes.pg_notes(conn, None)
+    notes = dataclasses.replace(notes, snapshot=f"{last + 1}:{last + 1}:")
     with outside.begin() as conn:
         _write_raw(cloud, conn, "allocate", 1, 1)
     with mirrored.db.engine.connect() as conn:
