@@ -126,6 +126,23 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def yardstick(report: dict, moment: str) -> float:
+    """How fast this machine runs Python now: the seconds of a loop of 10^7
+    additions at module level (``s += i``, as ``python3 -c`` runs it; timed
+    over 2 x 10^6, the median of three), logged and kept in the report's
+    ``meta`` under ``moment``.  This machine's speed moved 1.8x within one
+    session: absolute figures need it beside them."""
+    spent = []
+    for _ in range(3):
+        started = time.perf_counter()
+        exec("s = 0\nfor i in range(2_000_000): s += i", {})  # globals, as the docs' loop
+        spent.append(time.perf_counter() - started)
+    seconds = round(statistics.median(spent) * 5, 3)
+    report["meta"].setdefault("yardstick_s", {})[moment] = seconds
+    log(f"yardstick ({moment}): a loop of 10^7 additions takes {seconds:.2f} s")
+    return seconds
+
+
 # -- the cloud ------------------------------------------------------------------
 
 
@@ -1052,6 +1069,7 @@ def main(argv=None) -> int:
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg": os.getloadavg(), "cpus": os.cpu_count()}}
     shapes = ", ".join(f"{s['shape']} {s['roots']} roots ({s['providers']} providers)" for s in summary["shapes"])
     log(f"cloud: {shapes}; load average {os.getloadavg()[0]:.1f}")
+    yardstick(report, "start")
     workdir = Path(tempfile.mkdtemp(prefix="scalebench-"))
     failed = False
     try:
@@ -1074,12 +1092,15 @@ def main(argv=None) -> int:
             if "first-read" in args.scenario:
                 report["first_read"] = first_read(servers, summary, args)
             if "reads" in args.scenario:
+                yardstick(report, "reads")
                 report["reads"] = reads(servers, summary, sampler, args)
                 report["rss_after_reads"] = {s.label: s.rss() for s in servers}
                 log(f"RSS after reads (MiB): {report['rss_after_reads']}")
             if "stream" in args.scenario:
+                yardstick(report, "stream")
                 report["stream"] = stream(servers, sampler, args)
             if "claims" in args.scenario:
+                yardstick(report, "claims")
                 report["claims"] = claims(servers, sampler, args)
             report["rss_end"] = {s.label: s.rss() for s in servers}
             report["peak_rss"] = {label: round(v, 1) for label, v in sampler.peak_rss.items()}
@@ -1099,6 +1120,7 @@ def main(argv=None) -> int:
                     failed = True
     finally:
         report["meta"]["ended"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        yardstick(report, "end")
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1, default=str))
         if args.keep:
