@@ -167,10 +167,17 @@ def _setup_sqlite(engine: Engine, synchronous: bool, wal: bool = True) -> None:
         try:
             cursor.execute(statement)
         except engine.dialect.loaded_dbapi.Error as error:
-            conn._handle_dbapi_exception(error, statement, (), cursor, None)
-            raise
+            raise_as_sqlalchemy(conn, error, statement, (), cursor)
         finally:
             cursor.close()
+
+
+def raise_as_sqlalchemy(conn: Connection, error: Exception, statement: str, values, cursor) -> None:
+    """Raise ``error``, which a statement run on ``conn``'s DBAPI cursor
+    raised, as ``conn.execute`` would have (SQLAlchemy's class for it; the
+    connection invalidated if the error says it was lost)."""
+    conn._handle_dbapi_exception(error, statement, values, cursor, None)
+    raise error  # not reached: the call above raises
 
 
 #: Key of a pooled connection's ``info``: its next begin sends no ``BEGIN``

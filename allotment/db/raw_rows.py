@@ -43,7 +43,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db.engine import PLACEHOLDER, forget_prepared, prepared_execute, prepared_form
+from allotment.db.engine import (PLACEHOLDER, forget_prepared, prepared_execute, prepared_form,
+                                 raise_as_sqlalchemy)
 
 #: libpq's transaction status outside a transaction (psycopg2's
 #: TRANSACTION_STATUS_IDLE), the only state in which a failed read on
@@ -191,10 +192,10 @@ def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
             found = cursor.fetchall()
         except dialect.dbapi.Error as error:
             if plan.prepare is None:
-                _raise(conn, error, plan.text, values, cursor)
+                raise_as_sqlalchemy(conn, error, plan.text, values, cursor)
             forget_prepared(dbapi_conn, plan.text)  # prepared afresh next time
             if dbapi_conn.dbapi_connection.info.transaction_status != _PG_IDLE:
-                _raise(conn, error, plan.text, values, cursor)
+                raise_as_sqlalchemy(conn, error, plan.text, values, cursor)
             found = None
         if found is not None and plan.raw is None:
             plan.raw = _no_result_processing(dialect, statement, cursor.description)
@@ -203,13 +204,6 @@ def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
     if found is None or not plan.raw:
         return conn.execute(statement, params).all()
     return found if type(found) is list else list(found)  # PyMySQL gives a tuple
-
-
-def _raise(conn: Connection, error: Exception, text: str, values: list, cursor) -> None:
-    """Raise ``error`` as ``conn.execute`` would have (SQLAlchemy's class
-    for it; the connection invalidated if the error says it was lost)."""
-    conn._handle_dbapi_exception(error, text, values, cursor, None)
-    raise error  # not reached: the call above raises
 
 
 def _no_result_processing(dialect, statement: sa.Executable, description) -> bool:
@@ -286,7 +280,7 @@ def _write(conn: Connection, statement: sa.Executable, params: dict | list[dict]
         except dialect.dbapi.Error as error:
             if plan.prepare is not None:
                 forget_prepared(dbapi_conn, plan.text)
-            _raise(conn, error, plan.text, values, cursor)
+            raise_as_sqlalchemy(conn, error, plan.text, values, cursor)
         return cursor.rowcount
     finally:
         cursor.close()
@@ -324,6 +318,6 @@ def one_row(conn: Connection, statement: HandWritten, params: dict) -> tuple:
         except conn.dialect.dbapi.Error as error:
             if execute is not None:
                 forget_prepared(dbapi_conn, statement.text)
-            _raise(conn, error, statement.text, params, cursor)
+            raise_as_sqlalchemy(conn, error, statement.text, params, cursor)
     finally:
         cursor.close()
