@@ -432,8 +432,8 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     cloud = _new_cloud(outside, more=5)
     mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
-    calls = {"one_row": 0, "pg_notes": 0}
-    for module, name in ((raw_rows, "one_row"), (changes, "pg_notes")):
+    calls = {"pooled_one_row": 0, "pg_notes": 0}
+    for module, name in ((raw_rows, "pooled_one_row"), (changes, "pg_notes")):
         def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
             calls[_name] += 1
             return _real(*args, **kwargs)
@@ -442,7 +442,7 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     def read() -> tuple[int, int]:
         before = dict(calls)
         assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
-        return calls["one_row"] - before["one_row"], calls["pg_notes"] - before["pg_notes"]
+        return calls["pooled_one_row"] - before["pooled_one_row"], calls["pg_notes"] - before["pg_notes"]
 
     read()
     partial = mirror.partial_reads
@@ -451,7 +451,9 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
         _write_raw(cloud, conn, "allocate", 3, 2)
     assert read() == (1, 0)  # one statement, no transaction
     assert mirror.partial_reads == partial + 1
-    assert read() == (0, 0)  # nothing written since: nothing read
+    # Nothing written since: the statement reads the number, and no provider.
+    assert read() == (1, 0)
+    assert mirror.partial_reads == partial + 1
     # More providers changed than the statement brings: the transaction's reads.
     monkeypatch.setattr(provider_mirror, "PG_AT_ONCE", 1)
     with outside.begin() as conn:
@@ -474,6 +476,58 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     assert mirror.partial_reads == partial + 4
 
 
+def _statements_sent(application: Application) -> list[str]:
+    """Every statement ``application`` sends to PostgreSQL from now on
+    (its pooled connections are made again, each cursor noting what it runs)."""
+    import psycopg2.extensions
+
+    sent: list[str] = []
+
+    class Noting(psycopg2.extensions.cursor):
+        def execute(self, query, vars=None):
+            sent.append(query if isinstance(query, str) else query.decode())
+            return super().execute(query, vars)
+
+    engine = application.db.engine
+    sa.event.listen(engine, "connect", lambda dbapi_conn, _record: setattr(dbapi_conn, "cursor_factory", Noting))
+    engine.dispose()
+    return sent
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the single statement is PostgreSQL's")
+@pytest.mark.parametrize("cache_mb", [8, 0])
+def test_postgresql_reads_after_a_write_in_one_statement(db_url, apps, cache_mb):
+    """On PostgreSQL a read after a write sends one statement, the mirror's
+    refresh, which also gives the change number (the number alone first
+    made two), with answers reused or not; a read with nothing written
+    since sends one too.  Every answer is the fresh one."""
+    _, fresh, other, outside, _ = apps
+    cloud = _new_cloud(outside, more=5)
+    application = _application(db_url, cache_mb)
+    try:
+        sent = _statements_sent(application)
+        api, checker = ApiClient(application), ApiClient(fresh)
+        query = "resources=VCPU:1,MEMORY_MB:512"
+
+        def read() -> list[str]:
+            sent.clear()
+            assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+            return [text for text in sent if not text.startswith(("PREPARE", "DEALLOCATE"))]
+
+        read()  # every provider read
+        _write_api(cloud, ApiClient(other), 4, 1)
+        read()  # the names learnt (a reused answer reads none)
+        for pick in range(3):
+            _write_api(cloud, ApiClient(other), pick, 1)
+            assert len(read()) == 1, (pick, sent)
+        with outside.begin() as conn:
+            _write_raw(cloud, conn, "allocate", 3, 2)
+        assert len(read()) == 1, sent
+        assert len(read()) == 1, sent  # nothing written since
+    finally:
+        application.db.dispose()
+
+
 @pytest.mark.skipif(BACKEND != "postgresql", reason="the snapshot of the notes is PostgreSQL's")
 def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypatch):
     """The refresh says what it saw before by its snapshot, not by the ids
@@ -485,13 +539,13 @@ def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypa
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
     sent = []
-    real = raw_rows.one_row
+    real = raw_rows.pooled_one_row
 
-    def recorded(conn, statement, params):
+    def recorded(connection, statement, params):
         sent.append(len(repr(sorted(params.items()))))
-        return real(conn, statement, params)
+        return real(connection, statement, params)
 
-    monkeypatch.setattr(raw_rows, "one_row", recorded)
+    monkeypatch.setattr(raw_rows, "pooled_one_row", recorded)
 
     def refresh_after(writes: int) -> int:
         """The size of the parameters of the refresh after ``writes`` writes
