@@ -64,6 +64,27 @@ def test_a_recently_used_connection_is_not_pinged(database, monkeypatch):
     assert pings == [1]
 
 
+@server_only
+def test_one_request_after_another_runs_on_the_session_used_last(db_url):
+    """A pool that holds more connections than are in use hands out the one
+    returned last: a client's requests one after another keep one database
+    session busy (its caches warm) rather than each session in turn."""
+    database = Database(db_url, pool_size=4, max_overflow=0)
+    try:
+        with database.read() as first, database.read() as second, database.read() as third:
+            sessions = [_session_id(conn) for conn in (first, second, third)]
+        assert len(set(sessions)) == 3
+        seen = []
+        for _ in range(4):
+            with database.read() as conn:
+                seen.append(_session_id(conn))
+            with database.write() as conn:
+                seen.append(_session_id(conn))
+        assert seen == [sessions[0]] * 8  # the three went back in order; the first came back last
+    finally:
+        database.engine.dispose()
+
+
 @pytest.mark.skipif(BACKEND != "postgresql", reason="only PostgreSQL reads outside a transaction")
 def test_postgresql_reads_run_without_a_transaction_and_writes_within_one(database):
     # now() is when the transaction began: in one, later statements see it lag.
