@@ -132,13 +132,29 @@ def _compact(req: Request) -> None:
         LOG.warning("%s: folding the change log failed", req.request_id, exc_info=True)
 
 
+#: Requests parsed, by (endpoint, microversion, query string): schedulers
+#: ask the same few queries again and again, and parsing one was an eighth
+#: of a computed ``limit=10`` answer's CPU (0.044 of 0.37 ms, SQLite, 2,000
+#: trees).  Only valid queries are kept; the requests are immutable.
+_PARSED: dict[tuple, AllocationCandidatesRequest] = {}
+#: Queries kept at most (then all are forgotten).
+PARSED_KEPT = 1024
+
+
 def parse_query(req: Request) -> AllocationCandidatesRequest:
     """The request the query string makes, or Placement's 400 (``GET
     /allotment/explain`` reads its query with this too)."""
-    # The schema's verdict first (an unknown or missing parameter), then
-    # req.GET's 400 for a query that is not UTF-8 or holds a NUL, as Placement.
-    query_params(req)
-    return parse_allocation_candidates(list(req.GET.items()), req.version)
+    key = (id(req.endpoint), req.version, req.environ.get("QUERY_STRING", ""))
+    request = _PARSED.get(key)
+    if request is None:
+        # The schema's verdict first (an unknown or missing parameter), then
+        # req.GET's 400 for a query that is not UTF-8 or holds a NUL, as Placement.
+        query_params(req)
+        request = parse_allocation_candidates(list(req.GET.items()), req.version)
+        if len(_PARSED) >= PARSED_KEPT:
+            _PARSED.clear()
+        _PARSED[key] = request
+    return request
 
 
 def find(req: Request, conn, request: AllocationCandidatesRequest, *,

@@ -696,3 +696,27 @@ def test_no_fitting_device_answers_without_search(api, cloud):
     _wide_host(cloud)
     body = candidates(api, "resources=VCPU:1&resources1=VGPU:2&group_policy=none")
     assert body == {"allocation_requests": [], "provider_summaries": {}}
+
+
+def test_a_query_asked_again_is_parsed_once_and_a_bad_one_refused_every_time(api, cloud, monkeypatch):
+    """Parsed requests are kept by endpoint, microversion and query string:
+    the same query again is not parsed again (at another microversion it
+    is: what it means depends on it), and a refused one is refused again."""
+    cloud.provider("cn1", inventories=COMPUTE)
+    parsed = []
+    real = handler.parse_allocation_candidates
+    monkeypatch.setattr(handler, "parse_allocation_candidates",
+                        lambda *args: parsed.append(args[1]) or real(*args))
+    monkeypatch.setattr(handler, "_PARSED", {})
+    query = "resources=VCPU:1,MEMORY_MB:64&limit=5"
+    first = candidates(api, query)
+    cloud.allocate({"cn1": {"VCPU": 1}})  # a new answer, from the request kept
+    second = candidates(api, query)
+    assert len(parsed) == 1
+    assert first["provider_summaries"] != second["provider_summaries"]
+    candidates(api, query, version="1.29")
+    assert len(parsed) == 2
+    for _ in range(2):
+        assert_400(api, "resources=VCPU:1&limit=-1", "limit")
+        assert_400(api, "resources=VCPU:1&nonsense=1", "nonsense")
+    assert len(parsed) == 2
