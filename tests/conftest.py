@@ -233,3 +233,22 @@ def api(app):
 
 def new_uuid() -> str:
     return str(uuidlib.uuid4())
+
+
+def pg_statements_sent(engine) -> list[str]:
+    """Every statement ``engine`` sends to PostgreSQL from now on, however
+    it is sent (SQLAlchemy or the DBAPI cursor): its pooled connections are
+    made again, each cursor noting what it runs."""
+    import psycopg2.extensions
+    import sqlalchemy as sa
+
+    sent: list[str] = []
+
+    class Noting(psycopg2.extensions.cursor):
+        def execute(self, query, vars=None):
+            sent.append(query if isinstance(query, str) else query.decode())
+            return super().execute(query, vars)
+
+    sa.event.listen(engine, "connect", lambda dbapi_conn, _record: setattr(dbapi_conn, "cursor_factory", Noting))
+    engine.dispose()
+    return sent

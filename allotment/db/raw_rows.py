@@ -247,20 +247,23 @@ def insert(conn: Connection, statement: sa.Insert, params: dict) -> int:
     return _write(conn, statement, params, True)
 
 
+def _bound_values(plan: _Plan, one: dict) -> list:
+    """The values of a statement without lists, as its bind processors make them."""
+    values = [start if name is None else one[name] for name, start, _ in plan.recipe]
+    if plan.binds is not None:
+        values = [value if bind is None or value is None else bind(value)
+                  for bind, value in zip(plan.binds, values)]
+    return values
+
+
 def _write(conn: Connection, statement: sa.Executable, params: dict | list[dict], inserted: bool) -> int:
     dialect = conn.dialect
     many = isinstance(params, list)
     sample = params[0] if many else params
     plan = _plan_of(dialect, statement, sample, ())
-    binds = plan.binds
-    recipe = plan.recipe
 
     def values_of(one: dict) -> list:
-        values = [start if name is None else one[name] for name, start, _ in recipe]
-        if binds is not None:
-            values = [value if bind is None or value is None else bind(value)
-                      for bind, value in zip(binds, values)]
-        return values
+        return _bound_values(plan, one)
 
     dbapi_conn = conn.connection
     cursor = dbapi_conn.cursor()
@@ -284,6 +287,39 @@ def _write(conn: Connection, statement: sa.Executable, params: dict | list[dict]
         return cursor.rowcount
     finally:
         cursor.close()
+
+
+def written_rows(conn: Connection, statement: sa.Executable, params: dict) -> list:
+    """The rows of a statement that writes (``RETURNING``, or a select over
+    a data-modifying ``WITH``), with scalar parameters, run once on the
+    DBAPI cursor in ``conn``'s transaction as :func:`write` runs writes
+    (PostgreSQL: prepared).  Its columns must need no conversion: checked
+    at its first run, since a statement that writes is never run a second
+    time through SQLAlchemy to convert them (:func:`rows` may run a read
+    again)."""
+    dialect = conn.dialect
+    plan = _plan_of(dialect, statement, params, ())
+    values = _bound_values(plan, params)
+    dbapi_conn = conn.connection
+    cursor = dbapi_conn.cursor()
+    try:
+        text = plan.text
+        try:
+            if plan.prepare is not None:
+                text = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute) or text
+            cursor.execute(text, values)
+            found = cursor.fetchall()
+        except dialect.dbapi.Error as error:
+            if plan.prepare is not None:
+                forget_prepared(dbapi_conn, plan.text)
+            raise_as_sqlalchemy(conn, error, plan.text, values, cursor)
+        if plan.raw is None:
+            plan.raw = _no_result_processing(dialect, statement, cursor.description)
+        if not plan.raw:
+            raise TypeError("written_rows: the statement's columns need converting by SQLAlchemy")
+    finally:
+        cursor.close()
+    return found if type(found) is list else list(found)
 
 
 class HandWritten:

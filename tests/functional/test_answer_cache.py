@@ -28,7 +28,7 @@ from allotment.api.app import Application
 from allotment.db import allocation_candidates as allocation_candidates_db
 from allotment.db import changes, provider_mirror, raw_rows, tables
 from allotment.service import database_from_config
-from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid
+from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid, pg_statements_sent
 
 pytestmark = pytest.mark.skipif(BACKEND not in changes.BACKENDS,
                                 reason="answers are reused on SQLite and PostgreSQL only")
@@ -476,24 +476,6 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     assert mirror.partial_reads == partial + 4
 
 
-def _statements_sent(application: Application) -> list[str]:
-    """Every statement ``application`` sends to PostgreSQL from now on
-    (its pooled connections are made again, each cursor noting what it runs)."""
-    import psycopg2.extensions
-
-    sent: list[str] = []
-
-    class Noting(psycopg2.extensions.cursor):
-        def execute(self, query, vars=None):
-            sent.append(query if isinstance(query, str) else query.decode())
-            return super().execute(query, vars)
-
-    engine = application.db.engine
-    sa.event.listen(engine, "connect", lambda dbapi_conn, _record: setattr(dbapi_conn, "cursor_factory", Noting))
-    engine.dispose()
-    return sent
-
-
 @pytest.mark.skipif(BACKEND != "postgresql", reason="the single statement is PostgreSQL's")
 @pytest.mark.parametrize("cache_mb", [8, 0])
 def test_postgresql_reads_after_a_write_in_one_statement(db_url, apps, cache_mb):
@@ -505,7 +487,7 @@ def test_postgresql_reads_after_a_write_in_one_statement(db_url, apps, cache_mb)
     cloud = _new_cloud(outside, more=5)
     application = _application(db_url, cache_mb)
     try:
-        sent = _statements_sent(application)
+        sent = pg_statements_sent(application.db.engine)
         api, checker = ApiClient(application), ApiClient(fresh)
         query = "resources=VCPU:1,MEMORY_MB:512"
 

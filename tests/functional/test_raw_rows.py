@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from allotment.db import allocation_candidates as ac
 from allotment.db import engine, raw_rows, tables
-from tests.conftest import BACKEND, new_uuid
+from tests.conftest import BACKEND, new_uuid, pg_statements_sent
 
 
 @pytest.fixture
@@ -340,3 +340,37 @@ def test_a_claim_runs_on_the_cursor(app, api, cloud):
     assert [text for text in sent if text.startswith(("BEGIN", "INSERT")) or "provider_changes" in text] == []
     if BACKEND != "mysql":
         assert sent == []
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the INSERT that reads usage back is PostgreSQL's")
+def test_postgresql_claims_read_their_capacity_check_from_their_insert(app, api, cloud):
+    """On PostgreSQL the INSERT of a claim's allocation rows also returns
+    what the capacity check reads (the inventories written to, with their
+    usage after the INSERT): a PUT for a new consumer sends BEGIN, the
+    read, one swap per provider, the consumer's row, that INSERT and
+    COMMIT, and no statement of its own for the check.  A claim over
+    capacity is still refused, and leaves nothing behind."""
+    uuids, _ = cloud
+    project, user = new_uuid(), new_uuid()
+
+    def put(resources: dict) -> tuple[int, list[str]]:
+        sent.clear()
+        response = api.put(f"/allocations/{new_uuid()}", json={
+            "allocations": {uuids[0]: {"resources": resources}, uuids[1]: {"resources": {"DISK_GB": 10}}},
+            "project_id": project, "user_id": user, "consumer_generation": None, "consumer_type": "INSTANCE"},
+            headers={"OpenStack-API-Version": "placement 1.39"})
+        return response, [text for text in sent if not text.startswith(("PREPARE", "DEALLOCATE"))]
+
+    sent = pg_statements_sent(app.db.engine)
+    assert put({"VCPU": 1})[0].status == 204  # the project and user are new: their rows are written once
+    response, statements = put({"VCPU": 1})
+    assert response.status == 204, response.body
+    assert len(statements) == 7, statements  # BEGIN, read, 2 swaps, consumer, INSERT + check, COMMIT
+    assert statements[0].startswith("BEGIN") and statements[-1] == "COMMIT"
+    with app.db.read() as conn:
+        before = conn.execute(sa.select(sa.func.count()).select_from(tables.allocations)).scalar_one()
+    response, _ = put({"VCPU": 9})  # 8 x 1.5 = 12, of which 3 + 2 held before
+    assert response.status == 409, response.body
+    assert "exceed the capacity" in response.error()["detail"]
+    with app.db.read() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.allocations)).scalar_one() == before
