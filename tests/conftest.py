@@ -236,19 +236,26 @@ def new_uuid() -> str:
 
 
 def pg_statements_sent(engine) -> list[str]:
-    """Every statement ``engine`` sends to PostgreSQL from now on, however
-    it is sent (SQLAlchemy or the DBAPI cursor): its pooled connections are
-    made again, each cursor noting what it runs."""
+    """Every message of statements ``engine`` sends to PostgreSQL from now
+    on, as sent (a transaction's ``BEGIN`` goes with its first statement),
+    however it is sent (SQLAlchemy or the DBAPI cursor): its pooled
+    connections are made again, each cursor noting what it ran."""
     import psycopg2.extensions
     import sqlalchemy as sa
 
     sent: list[str] = []
 
-    class Noting(psycopg2.extensions.cursor):
-        def execute(self, query, vars=None):
-            sent.append(query if isinstance(query, str) else query.decode())
-            return super().execute(query, vars)
+    def noting(dbapi_conn, _record):
+        class Noting(dbapi_conn.cursor_factory or psycopg2.extensions.cursor):
+            def execute(self, query, vars=None):
+                try:
+                    return super().execute(query, vars)
+                finally:
+                    if self.query is not None:
+                        sent.append(self.query.decode())
 
-    sa.event.listen(engine, "connect", lambda dbapi_conn, _record: setattr(dbapi_conn, "cursor_factory", Noting))
+        dbapi_conn.cursor_factory = Noting
+
+    sa.event.listen(engine, "connect", noting)
     engine.dispose()
     return sent

@@ -346,7 +346,7 @@ def test_a_claim_runs_on_the_cursor(app, api, cloud):
 def test_postgresql_claims_read_their_capacity_check_from_their_insert(app, api, cloud):
     """On PostgreSQL the INSERT of a claim's allocation rows also returns
     what the capacity check reads (the inventories written to, with their
-    usage after the INSERT): a PUT for a new consumer sends BEGIN, the
+    usage after the INSERT): a PUT for a new consumer sends BEGIN with the
     read, one swap per provider, the consumer's row, that INSERT and
     COMMIT, and no statement of its own for the check.  A claim over
     capacity is still refused, and leaves nothing behind."""
@@ -365,8 +365,9 @@ def test_postgresql_claims_read_their_capacity_check_from_their_insert(app, api,
     assert put({"VCPU": 1})[0].status == 204  # the project and user are new: their rows are written once
     response, statements = put({"VCPU": 1})
     assert response.status == 204, response.body
-    assert len(statements) == 7, statements  # BEGIN, read, 2 swaps, consumer, INSERT + check, COMMIT
-    assert statements[0].startswith("BEGIN") and statements[-1] == "COMMIT"
+    assert len(statements) == 6, statements  # BEGIN + read, 2 swaps, consumer, INSERT + check, COMMIT
+    assert statements[0].startswith("BEGIN ISOLATION LEVEL READ COMMITTED; EXECUTE ")
+    assert statements[-1] == "COMMIT"
     with app.db.read() as conn:
         before = conn.execute(sa.select(sa.func.count()).select_from(tables.allocations)).scalar_one()
     response, _ = put({"VCPU": 9})  # 8 x 1.5 = 12, of which 3 + 2 held before

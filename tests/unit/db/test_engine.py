@@ -197,3 +197,38 @@ def test_sqlite_begin_that_finds_the_database_locked_is_retried(db_url, monkeypa
         holder.rollback()
         holder.close()
         database.engine.dispose()
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the BEGIN sent with the first statement is PostgreSQL's")
+def test_postgresql_begin_goes_with_the_first_statement(database):
+    """A write transaction's BEGIN is sent in the same message as its first
+    statement, whatever sends it (SQLAlchemy, the DBAPI cursor, several
+    rows at once); one that sends nothing sends nothing, not even COMMIT;
+    a failed statement still rolls everything back."""
+    from tests.conftest import pg_statements_sent
+
+    sent = pg_statements_sent(database.engine)
+    with database.write() as conn:
+        txid = conn.exec_driver_sql("SELECT txid_current()").scalar()
+        assert conn.exec_driver_sql("SELECT txid_current()").scalar() == txid  # one transaction
+    assert sent == ["BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()", "SELECT txid_current()",
+                    "COMMIT"]
+    sent.clear()
+    with database.write():
+        pass
+    assert sent == []
+    with database.write() as conn:
+        cursor = conn.connection.cursor()
+        cursor.executemany("SELECT %s", [(1,), (2,)])
+        cursor.close()
+    assert sent[0] == "BEGIN ISOLATION LEVEL READ COMMITTED" and sent[-1] == "COMMIT", sent
+    with database.write() as conn:
+        conn.exec_driver_sql("CREATE TEMPORARY TABLE begun (n int)")
+    with pytest.raises(sa.exc.DBAPIError):
+        with database.write() as conn:
+            conn.exec_driver_sql("INSERT INTO begun VALUES (1)")
+            conn.exec_driver_sql("SELECT 1 / 0")
+    with database.read() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM begun").scalar() == 0
+        # Reads send no BEGIN at all.
+        assert conn.exec_driver_sql("SELECT now() = statement_timestamp()").scalar()
