@@ -948,13 +948,19 @@ def statements(db_url: str, args) -> dict:
     else:
         import psycopg2.extensions
 
-        class Noting(psycopg2.extensions.cursor):
-            def execute(self, query, vars=None):
-                note(query if isinstance(query, str) else query.decode())
-                return super().execute(query, vars)
-
         @sa.event.listens_for(engine, "connect")
         def _cursor(dbapi_conn, _record):
+            # Beside the engine's own cursor class (which sends a
+            # transaction's BEGIN with its first statement): what each
+            # message sent held, as sent.
+            class Noting(dbapi_conn.cursor_factory or psycopg2.extensions.cursor):
+                def execute(self, query, vars=None):
+                    try:
+                        return super().execute(query, vars)
+                    finally:
+                        if self.query is not None:
+                            note(self.query.decode())
+
             dbapi_conn.cursor_factory = Noting
     engine.dispose()
 
