@@ -276,30 +276,37 @@ class ProviderMirror:
         number alone is read, as before."""
         if self._state is None or self.too_big or engine.dialect.name != "postgresql":
             return changes.current_number(engine)
-        with self._lock:
-            state = self._state
-            if state is None:
-                return changes.current_number(engine)
-            try:
-                raw = engine.raw_connection()
-            except engine.dialect.dbapi.Error:  # unreachable: the request's own read says so
-                return None, False
-            try:
-                row = raw_rows.pooled_one_row(raw, _PG_REFRESH, _pg_refresh_params(state))
-            except engine.dialect.dbapi.Error as error:
-                if engine.dialect.is_disconnect(error, raw.dbapi_connection, None):
-                    raw.invalidate()  # the pool replaces it, as after SQLAlchemy's own statement
-                row = None
-            finally:
-                raw.close()
-            if row is None:
-                return changes.current_number(engine)
-            notes, _ = changes.pg_notes_in(row, state[2])
-            if self._pg_refreshed(row, state) is _SLOW:
-                # The request's snapshot() takes the transaction's way
-                # without this statement again.
-                self._slow_from = state
-            return (None, False) if notes is None else (notes.number, changes.pg_compact_due(row))
+        # The connection first, then the lock, as a request that reads
+        # takes them (its own connection, then snapshot()'s lock): taken the
+        # other way round, a pool of one connection would leave each waiting
+        # for the other.
+        try:
+            raw = engine.raw_connection()
+        except engine.dialect.dbapi.Error:  # unreachable: the request's own read says so
+            return None, False
+        found = None
+        try:
+            with self._lock:
+                state = self._state
+                if state is not None:
+                    try:
+                        row = raw_rows.pooled_one_row(raw, _PG_REFRESH, _pg_refresh_params(state))
+                    except engine.dialect.dbapi.Error as error:
+                        if engine.dialect.is_disconnect(error, raw.dbapi_connection, None):
+                            raw.invalidate()  # the pool replaces it, as after SQLAlchemy's own statement
+                        row = None
+                    if row is not None:
+                        notes, _ = changes.pg_notes_in(row, state[2])
+                        if self._pg_refreshed(row, state) is _SLOW:
+                            # The request's snapshot() takes the transaction's
+                            # way without this statement again.
+                            self._slow_from = state
+                        found = (None, False) if notes is None else (notes.number, changes.pg_compact_due(row))
+        finally:
+            raw.close()
+        # Without a mirror to refresh, or when the statement failed: the
+        # number alone (with every connection and lock let go).
+        return found if found is not None else changes.current_number(engine)
 
     def known_names(self) -> KnownNames | None:
         """The names known in the current mirror's lineage (None: no mirror

@@ -805,3 +805,47 @@ def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
     assert status == 200 and len(body["allocation_requests"]) == 2
     assert sorted(set(searched)) == sorted(cloud.providers[pick] for pick in (3, 11))
     assert (status, body) == _answer(checker, query, "1.39")
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the refresh that gives the number is PostgreSQL's")
+def test_postgresql_reads_share_a_small_pool_while_claims_go_on(db_url, apps):
+    """Reads that refresh the mirror to learn the change number take their
+    connection before the mirror's lock, as every read does (the other
+    order could leave a reader holding the lock and waiting for a
+    connection held by readers waiting for the lock): with a pool of two
+    connections, four threads reading while another application writes
+    all get their answers, none waits for the pool's timeout."""
+    import threading
+    import time
+
+    _, fresh, other, outside, _ = apps
+    cloud = _new_cloud(outside, more=5)
+    conf = make_conf(db_url, allotment__candidates_cache_mb=8, placement_database__max_pool_size=2,
+                     placement_database__max_overflow=0, placement_database__pool_timeout=3)
+    application = Application(conf, database_from_config(conf))
+    try:
+        api = ApiClient(application)
+        query = "resources=VCPU:1,MEMORY_MB:512"
+        assert _answer(api, query, "1.39")[0] == 200
+        failures: list = []
+        stop = threading.Event()
+
+        def reader(version: str) -> None:
+            while not stop.is_set():
+                status, body = _answer(api, query, version)
+                if status != 200:
+                    failures.append(body)
+
+        threads = [threading.Thread(target=reader, args=(version,)) for version in ("1.39", "1.29", "1.21", "1.10")]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for pick in range(40):
+            _write_api(cloud, ApiClient(other), pick, 1)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert time.monotonic() - started < 20
+    finally:
+        application.db.dispose()
