@@ -93,11 +93,10 @@ def list_allocation_candidates(req: Request) -> webob.Response:
             return json_response(req, _answer(req, request))
     key = (req.version, req.environ.get("QUERY_STRING", ""),
            conf.max_allocation_candidates, conf.allocation_candidates_generation_strategy)
-    # The number first, in a statement of its own, which is all a reused
+    # The number alone first: a single statement, which is all a reused
     # answer needs (equal numbers: nothing it depends on was written since
-    # it was computed).  On PostgreSQL the mirror's refresh reads it, and
-    # an answer computed afresh then needs no other statement.
-    number, compact_due = _current_number(req)
+    # it was computed).
+    number, compact_due = changes.current_number(req.app.db.engine)
     answer = cache.get(key, number)
     if answer is None:
         with req.app.db.read() as conn:
@@ -282,28 +281,12 @@ def generation_cap(conf) -> tuple[int, str]:
     return cap, "max_allocation_candidates"
 
 
-def _current_number(req: Request) -> tuple[int | None, bool]:
-    """The change number, in a statement of its own: on PostgreSQL, with a
-    mirror, the mirror's refresh reads it (then an answer computed afresh
-    needs no other statement)."""
-    mirror = req.app.state.mirror
-    if mirror is None:
-        return changes.current_number(req.app.db.engine)
-    return mirror.current_number(req.app.db.engine)
-
-
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
-    # Read even without a mirror: the number tells when the PostgreSQL log
-    # is due to be folded, which nothing else would do without reused
-    # answers.  PostgreSQL reads run without a transaction (each statement
-    # its own snapshot): the number read before is as good as one read in it.
-    postgresql = req.app.db.engine.dialect.name == "postgresql"
-    if postgresql:
-        number, compact_due = _current_number(req)
     # One read transaction: the summaries show the usage the solver saw.
     with req.app.db.read() as conn:
-        if not postgresql:
-            number, compact_due = changes.read_number(conn)
+        # Read even without a mirror: it tells when the PostgreSQL log is due
+        # to be folded, which nothing else would do without reused answers.
+        number, compact_due = changes.read_number(conn)
         found = _found(req, conn, request, None if req.app.state.mirror is None else number)
     if compact_due:
         _compact(req)

@@ -463,12 +463,6 @@ def pg_notes_in(row, since: PgNotes | None) -> tuple[PgNotes | None, set[int] | 
     return notes, {int(pid) for pid in changed}
 
 
-def pg_compact_due(row) -> bool:
-    """Whether :func:`compact` is due, from a row whose first columns are
-    :data:`PG_NOTES_COLUMNS` (as :func:`read_number` tells it)."""
-    return int(row[2]) >= COMPACT_AT
-
-
 #: The notes alone (with pyformat parameters: the columns' % escaped).
 _PG_NOTES = ("WITH " + PG_CHANGED_SINCE.format(folded="%(folded)s", snapshot="%(snapshot)s", count="%(count)s")
              + " SELECT " + PG_NOTES_COLUMNS.replace("%", "%%"))

@@ -134,9 +134,7 @@ PG_AT_ONCE = 4096
 #: mirror's notes (unless noted more than ``most`` times, or everything:
 #: then ``complete`` is false and they are not read), in one
 #: statement: one snapshot without a transaction, one round trip where a
-#: REPEATABLE READ transaction took seven; it is also how a read of
-#: candidates learns the change number (:meth:`ProviderMirror.current_number`),
-#: so that a read after a write sends this statement alone.  Each of the rows the four
+#: REPEATABLE READ transaction took seven.  Each of the rows the four
 #: statements of ``_RECORDS``, ``_PROVIDERS``, ``_TRAITS`` and
 #: ``_AGGREGATES`` read is given as one array per column, in their order.
 _PG_REFRESH = raw_rows.HandWritten(
@@ -170,11 +168,6 @@ _PG_REFRESH = raw_rows.HandWritten(
     "(SELECT array_agg(resource_provider_id), array_agg((SELECT uuid FROM placement_aggregates "
     "WHERE placement_aggregates.id = aggregate_id)) "
     "FROM resource_provider_aggregates WHERE resource_provider_id = ANY((SELECT ids FROM ids)::bigint[])) AS a")
-
-
-def _pg_refresh_params(state: tuple) -> dict:
-    """The parameters of :data:`_PG_REFRESH` for the mirror ``state``."""
-    return {**changes.pg_since(state[2]), "most": min(PG_AT_ONCE, len(state[1].snapshot) // 2)}
 
 
 class Mirrored(NamedTuple):
@@ -215,9 +208,6 @@ class ProviderMirror:
         self.too_big = False
         #: Times the database was seen gone back in time or replaced.
         self.rebuilds = 0
-        #: PostgreSQL: the state the refresh statement last could not bring
-        #: up to date (:meth:`current_number`).
-        self._slow_from: tuple | None = None
 
     def snapshot(self, conn: Connection, number: int | None) -> Mirrored | None:
         """Every provider as ``conn``'s transaction sees them, with the
@@ -263,51 +253,6 @@ class ProviderMirror:
                     return None
             return self._keep(number, self._changed(conn, state, changed), number)
 
-    def current_number(self, engine: sa.Engine) -> tuple[int | None, bool]:
-        """What :func:`changes.current_number` gives (the change number
-        now; whether the PostgreSQL log is due to be folded), on PostgreSQL
-        read by the mirror's refresh (:data:`_PG_REFRESH`, on a pooled
-        connection of its own), which brings the mirror to that number in
-        the same statement.  A read after a write then sends one statement
-        where the number and then the refresh took two; with nothing
-        written since, the refresh reads neither log.  Elsewhere, before
-        the mirror's first read, and where the refresh cannot bring it up
-        to date (the caller's :meth:`snapshot` then finds out why), the
-        number alone is read, as before."""
-        if self._state is None or self.too_big or engine.dialect.name != "postgresql":
-            return changes.current_number(engine)
-        # The connection first, then the lock, as a request that reads
-        # takes them (its own connection, then snapshot()'s lock): taken the
-        # other way round, a pool of one connection would leave each waiting
-        # for the other.
-        try:
-            raw = engine.raw_connection()
-        except engine.dialect.dbapi.Error:  # unreachable: the request's own read says so
-            return None, False
-        found = None
-        try:
-            with self._lock:
-                state = self._state
-                if state is not None:
-                    try:
-                        row = raw_rows.pooled_one_row(raw, _PG_REFRESH, _pg_refresh_params(state))
-                    except engine.dialect.dbapi.Error as error:
-                        if engine.dialect.is_disconnect(error, raw.dbapi_connection, None):
-                            raw.invalidate()  # the pool replaces it, as after SQLAlchemy's own statement
-                        row = None
-                    if row is not None:
-                        notes, _ = changes.pg_notes_in(row, state[2])
-                        if self._pg_refreshed(row, state) is _SLOW:
-                            # The request's snapshot() takes the transaction's
-                            # way without this statement again.
-                            self._slow_from = state
-                        found = (None, False) if notes is None else (notes.number, changes.pg_compact_due(row))
-        finally:
-            raw.close()
-        # Without a mirror to refresh, or when the statement failed: the
-        # number alone (with every connection and lock let go).
-        return found if found is not None else changes.current_number(engine)
-
     def known_names(self) -> KnownNames | None:
         """The names known in the current mirror's lineage (None: no mirror
         yet)."""
@@ -350,7 +295,7 @@ class ProviderMirror:
         change number is then the one the mirror is kept under).  A mirror
         that has notes to start from is first brought up to date by one
         statement (:meth:`_pg_refresh`)."""
-        if state is not None and state is not self._slow_from:
+        if state is not None:
             refreshed = self._pg_refresh(conn, state)
             if refreshed is not _SLOW:
                 return refreshed
@@ -384,10 +329,8 @@ class ProviderMirror:
         everything or too many providers changed, a class the mirror does
         not know, a tree left incomplete): the caller then reads as before,
         in a transaction, and finds out which."""
-        return self._pg_refreshed(raw_rows.one_row(conn, _PG_REFRESH, _pg_refresh_params(state)), state)
-
-    def _pg_refreshed(self, row: tuple, state: tuple):
-        """:meth:`_pg_refresh` with the row of :data:`_PG_REFRESH` read."""
+        most = min(PG_AT_ONCE, len(state[1].snapshot) // 2)
+        row = raw_rows.one_row(conn, _PG_REFRESH, {**changes.pg_since(state[2]), "most": most})
         notes, changed = changes.pg_notes_in(row, state[2])
         complete = row[changes.PG_NOTES_WIDTH]
         if notes is None or changed is None or not complete:

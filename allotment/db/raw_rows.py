@@ -343,26 +343,17 @@ def one_row(conn: Connection, statement: HandWritten, params: dict) -> tuple:
     cursor (PostgreSQL: prepared once per connection where the engine keeps
     prepared statements).  An error is raised as ``conn.execute`` raises
     it; a prepared statement that failed is prepared afresh next time."""
-    try:
-        return pooled_one_row(conn.connection, statement, params)
-    except conn.dialect.dbapi.Error as error:
-        raise_as_sqlalchemy(conn, error, statement.text, params, None)
-
-
-def pooled_one_row(proxied, statement: HandWritten, params: dict) -> tuple:
-    """:func:`one_row` on a pooled DBAPI connection (``engine.raw_connection()``),
-    with no SQLAlchemy ``Connection`` around it: an error is raised as the
-    driver raised it."""
-    cursor = proxied.cursor()
+    dbapi_conn = conn.connection
+    cursor = dbapi_conn.cursor()
     try:
         execute = None
         try:
-            execute = prepared_execute(proxied, cursor, statement.text, statement.prepare, statement.execute)
+            execute = prepared_execute(dbapi_conn, cursor, statement.text, statement.prepare, statement.execute)
             cursor.execute(statement.text if execute is None else execute, params)
             return cursor.fetchone()
-        except Exception:
+        except conn.dialect.dbapi.Error as error:
             if execute is not None:
-                forget_prepared(proxied, statement.text)
-            raise
+                forget_prepared(dbapi_conn, statement.text)
+            raise_as_sqlalchemy(conn, error, statement.text, params, cursor)
     finally:
         cursor.close()

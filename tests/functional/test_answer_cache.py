@@ -28,7 +28,7 @@ from allotment.api.app import Application
 from allotment.db import allocation_candidates as allocation_candidates_db
 from allotment.db import changes, provider_mirror, raw_rows, tables
 from allotment.service import database_from_config
-from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid, pg_statements_sent
+from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid
 
 pytestmark = pytest.mark.skipif(BACKEND not in changes.BACKENDS,
                                 reason="answers are reused on SQLite and PostgreSQL only")
@@ -432,8 +432,8 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     cloud = _new_cloud(outside, more=5)
     mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
-    calls = {"pooled_one_row": 0, "pg_notes": 0}
-    for module, name in ((raw_rows, "pooled_one_row"), (changes, "pg_notes")):
+    calls = {"one_row": 0, "pg_notes": 0}
+    for module, name in ((raw_rows, "one_row"), (changes, "pg_notes")):
         def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
             calls[_name] += 1
             return _real(*args, **kwargs)
@@ -442,7 +442,7 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     def read() -> tuple[int, int]:
         before = dict(calls)
         assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
-        return calls["pooled_one_row"] - before["pooled_one_row"], calls["pg_notes"] - before["pg_notes"]
+        return calls["one_row"] - before["one_row"], calls["pg_notes"] - before["pg_notes"]
 
     read()
     partial = mirror.partial_reads
@@ -451,9 +451,7 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
         _write_raw(cloud, conn, "allocate", 3, 2)
     assert read() == (1, 0)  # one statement, no transaction
     assert mirror.partial_reads == partial + 1
-    # Nothing written since: the statement reads the number, and no provider.
-    assert read() == (1, 0)
-    assert mirror.partial_reads == partial + 1
+    assert read() == (0, 0)  # nothing written since: nothing read
     # More providers changed than the statement brings: the transaction's reads.
     monkeypatch.setattr(provider_mirror, "PG_AT_ONCE", 1)
     with outside.begin() as conn:
@@ -476,40 +474,6 @@ def test_postgresql_brings_the_mirror_up_to_date_in_one_statement(apps, monkeypa
     assert mirror.partial_reads == partial + 4
 
 
-@pytest.mark.skipif(BACKEND != "postgresql", reason="the single statement is PostgreSQL's")
-@pytest.mark.parametrize("cache_mb", [8, 0])
-def test_postgresql_reads_after_a_write_in_one_statement(db_url, apps, cache_mb):
-    """On PostgreSQL a read after a write sends one statement, the mirror's
-    refresh, which also gives the change number (the number alone first
-    made two), with answers reused or not; a read with nothing written
-    since sends one too.  Every answer is the fresh one."""
-    _, fresh, other, outside, _ = apps
-    cloud = _new_cloud(outside, more=5)
-    application = _application(db_url, cache_mb)
-    try:
-        sent = pg_statements_sent(application.db.engine)
-        api, checker = ApiClient(application), ApiClient(fresh)
-        query = "resources=VCPU:1,MEMORY_MB:512"
-
-        def read() -> list[str]:
-            sent.clear()
-            assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
-            return [text for text in sent if not text.startswith(("PREPARE", "DEALLOCATE"))]
-
-        read()  # every provider read
-        _write_api(cloud, ApiClient(other), 4, 1)
-        read()  # the names learnt (a reused answer reads none)
-        for pick in range(3):
-            _write_api(cloud, ApiClient(other), pick, 1)
-            assert len(read()) == 1, (pick, sent)
-        with outside.begin() as conn:
-            _write_raw(cloud, conn, "allocate", 3, 2)
-        assert len(read()) == 1, sent
-        assert len(read()) == 1, sent  # nothing written since
-    finally:
-        application.db.dispose()
-
-
 @pytest.mark.skipif(BACKEND != "postgresql", reason="the snapshot of the notes is PostgreSQL's")
 def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypatch):
     """The refresh says what it saw before by its snapshot, not by the ids
@@ -521,13 +485,13 @@ def test_postgresql_refresh_sends_a_snapshot_however_long_the_log(apps, monkeypa
     api, checker = ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
     sent = []
-    real = raw_rows.pooled_one_row
+    real = raw_rows.one_row
 
-    def recorded(connection, statement, params):
+    def recorded(conn, statement, params):
         sent.append(len(repr(sorted(params.items()))))
-        return real(connection, statement, params)
+        return real(conn, statement, params)
 
-    monkeypatch.setattr(raw_rows, "pooled_one_row", recorded)
+    monkeypatch.setattr(raw_rows, "one_row", recorded)
 
     def refresh_after(writes: int) -> int:
         """The size of the parameters of the refresh after ``writes`` writes
@@ -805,47 +769,3 @@ def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
     assert status == 200 and len(body["allocation_requests"]) == 2
     assert sorted(set(searched)) == sorted(cloud.providers[pick] for pick in (3, 11))
     assert (status, body) == _answer(checker, query, "1.39")
-
-
-@pytest.mark.skipif(BACKEND != "postgresql", reason="the refresh that gives the number is PostgreSQL's")
-def test_postgresql_reads_share_a_small_pool_while_claims_go_on(db_url, apps):
-    """Reads that refresh the mirror to learn the change number take their
-    connection before the mirror's lock, as every read does (the other
-    order could leave a reader holding the lock and waiting for a
-    connection held by readers waiting for the lock): with a pool of two
-    connections, four threads reading while another application writes
-    all get their answers, none waits for the pool's timeout."""
-    import threading
-    import time
-
-    _, fresh, other, outside, _ = apps
-    cloud = _new_cloud(outside, more=5)
-    conf = make_conf(db_url, allotment__candidates_cache_mb=8, placement_database__max_pool_size=2,
-                     placement_database__max_overflow=0, placement_database__pool_timeout=3)
-    application = Application(conf, database_from_config(conf))
-    try:
-        api = ApiClient(application)
-        query = "resources=VCPU:1,MEMORY_MB:512"
-        assert _answer(api, query, "1.39")[0] == 200
-        failures: list = []
-        stop = threading.Event()
-
-        def reader(version: str) -> None:
-            while not stop.is_set():
-                status, body = _answer(api, query, version)
-                if status != 200:
-                    failures.append(body)
-
-        threads = [threading.Thread(target=reader, args=(version,)) for version in ("1.39", "1.29", "1.21", "1.10")]
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for pick in range(40):
-            _write_api(cloud, ApiClient(other), pick, 1)
-        stop.set()
-        for thread in threads:
-            thread.join()
-        assert failures == []
-        assert time.monotonic() - started < 20
-    finally:
-        application.db.dispose()
