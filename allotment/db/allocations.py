@@ -406,9 +406,7 @@ def _insert_rows_read_usage(count: int) -> sa.Select:
                 new.c.resource_class_id == INV.c.resource_class_id)
         added = sa.select(sa.func.coalesce(sa.func.sum(new.c.used), 0)).where(*mine).scalar_subquery()
         statement = _INSERT_ROWS_READ_USAGE[count] = (
-            sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
-                      INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio,
-                      (_USED + added).label("used"))
+            sa.select(*_INVENTORY_COLUMNS, (_USED + added).label("used"))
             .where(INV.c.resource_provider_id.in_(sa.select(new.c.resource_provider_id)),
                    INV.c.resource_class_id.in_(sa.select(new.c.resource_class_id))))
     return statement
@@ -586,9 +584,11 @@ _USED = (
            ALLOC.c.resource_class_id == INV.c.resource_class_id)
     .scalar_subquery()
 )
+#: An inventory record's columns, as the capacity check reads them (then its usage).
+_INVENTORY_COLUMNS = (INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
+                      INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio)
 _INVENTORY_USAGE = prepared(
-    sa.select(INV.c.resource_provider_id, INV.c.resource_class_id, INV.c.total, INV.c.reserved,
-              INV.c.min_unit, INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, _USED.label("used"))
+    sa.select(*_INVENTORY_COLUMNS, _USED.label("used"))
     .where(INV.c.resource_provider_id.in_(sa.bindparam("provider_ids", expanding=True)),
            INV.c.resource_class_id.in_(sa.bindparam("class_ids", expanding=True)))
 )

@@ -225,7 +225,7 @@ def write(conn: Connection, statement: sa.Executable, params: dict | list[dict])
     SQLAlchemy's bind processors would (SQLite keeps timestamps as text).
     An error is raised as ``conn.execute`` raises it and the statement is
     never run again (a write runs inside a transaction)."""
-    return _write(conn, statement, params, False)
+    return _write(conn, statement, params, _COUNT)
 
 
 #: PostgreSQL: each ``INSERT`` given to :func:`insert`, with ``RETURNING``
@@ -244,7 +244,7 @@ def insert(conn: Connection, statement: sa.Insert, params: dict) -> int:
                 _RETURNING.clear()
             returning = _RETURNING[statement] = statement.returning(*statement.table.primary_key.columns)
         statement = returning
-    return _write(conn, statement, params, True)
+    return _write(conn, statement, params, _KEY)
 
 
 def _bound_values(plan: _Plan, one: dict) -> list:
@@ -256,35 +256,43 @@ def _bound_values(plan: _Plan, one: dict) -> list:
     return values
 
 
-def _write(conn: Connection, statement: sa.Executable, params: dict | list[dict], inserted: bool) -> int:
+#: What :func:`_write` gives: the rows touched, the new row's key, the rows returned.
+_COUNT, _KEY, _ROWS = "count", "key", "rows"
+
+
+def _write(conn: Connection, statement: sa.Executable, params: dict | list[dict], result: str):
     dialect = conn.dialect
     many = isinstance(params, list)
     sample = params[0] if many else params
     plan = _plan_of(dialect, statement, sample, ())
-
-    def values_of(one: dict) -> list:
-        return _bound_values(plan, one)
-
     dbapi_conn = conn.connection
     cursor = dbapi_conn.cursor()
     try:
         text = plan.text
         try:
             if many:
-                values = [values_of(one) for one in params]
+                values = [_bound_values(plan, one) for one in params]
                 cursor.executemany(text, values)
             else:
-                values = values_of(params)
+                values = _bound_values(plan, params)
                 if plan.prepare is not None:
                     text = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute) or text
                 cursor.execute(text, values)
-                if inserted:
+                if result == _KEY:
                     return cursor.fetchone()[0] if cursor.description else cursor.lastrowid
+                if result == _ROWS:
+                    found = cursor.fetchall()
         except dialect.dbapi.Error as error:
             if plan.prepare is not None:
                 forget_prepared(dbapi_conn, plan.text)
             raise_as_sqlalchemy(conn, error, plan.text, values, cursor)
-        return cursor.rowcount
+        if result != _ROWS:
+            return cursor.rowcount
+        if plan.raw is None:
+            plan.raw = _no_result_processing(dialect, statement, cursor.description)
+        if not plan.raw:
+            raise TypeError("written_rows: the statement's columns need converting by SQLAlchemy")
+        return found if type(found) is list else list(found)
     finally:
         cursor.close()
 
@@ -297,29 +305,7 @@ def written_rows(conn: Connection, statement: sa.Executable, params: dict) -> li
     at its first run, since a statement that writes is never run a second
     time through SQLAlchemy to convert them (:func:`rows` may run a read
     again)."""
-    dialect = conn.dialect
-    plan = _plan_of(dialect, statement, params, ())
-    values = _bound_values(plan, params)
-    dbapi_conn = conn.connection
-    cursor = dbapi_conn.cursor()
-    try:
-        text = plan.text
-        try:
-            if plan.prepare is not None:
-                text = prepared_execute(dbapi_conn, cursor, plan.text, plan.prepare, plan.execute) or text
-            cursor.execute(text, values)
-            found = cursor.fetchall()
-        except dialect.dbapi.Error as error:
-            if plan.prepare is not None:
-                forget_prepared(dbapi_conn, plan.text)
-            raise_as_sqlalchemy(conn, error, plan.text, values, cursor)
-        if plan.raw is None:
-            plan.raw = _no_result_processing(dialect, statement, cursor.description)
-        if not plan.raw:
-            raise TypeError("written_rows: the statement's columns need converting by SQLAlchemy")
-    finally:
-        cursor.close()
-    return found if type(found) is list else list(found)
+    return _write(conn, statement, params, _ROWS)
 
 
 class HandWritten:

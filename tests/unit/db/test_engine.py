@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from allotment.db import engine as engine_module
 from allotment.db.engine import Database
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, pg_statements_sent
 
 server_only = pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite has no server connection to lose")
 
@@ -205,8 +205,6 @@ def test_postgresql_begin_goes_with_the_first_statement(database):
     statement, whatever sends it (SQLAlchemy, the DBAPI cursor, several
     rows at once); one that sends nothing sends nothing, not even COMMIT;
     a failed statement still rolls everything back."""
-    from tests.conftest import pg_statements_sent
-
     sent = pg_statements_sent(database.engine)
     with database.write() as conn:
         txid = conn.exec_driver_sql("SELECT txid_current()").scalar()
