@@ -48,6 +48,11 @@ one an UPDATE needs deadlock each other.  Deleting old rows by primary key
 (not by consumer uuid) keeps InnoDB from taking gap locks that would make
 concurrent claims deadlock too.
 
+On PostgreSQL a claim for a new consumer whose project and user exist (a
+scheduler's claim) makes the last swap of step 4, the consumer's row and
+step 5's rows in one statement that also returns what step 6 reads
+(``_claim_statement``): a flat claim is three messages to the server.
+
 A lost provider swap raises ``ProviderConflict``; the caller re-runs the
 whole transaction (``RETRY_ON``), up to ``[placement]
 allocation_conflict_retry_count`` times, as Placement retries the provider
@@ -246,6 +251,12 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         _check_claims(conn, claims, after_write=False, given_up=given_up)
 
     bumped = {claim.provider_id for claim in claims} | release_ids
+    if (conn.dialect.name == "postgresql" and len(requests) == 1 and claims and not old_rows
+            and len(claims) <= _INSERT_ROWS_KEPT and requests[0].consumer_uuid not in existing):
+        owner = _known_owner(requests[0], incomplete_owner, found.owners)
+        if owner is not None:
+            _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id)
+            return
     try:
         generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
@@ -410,6 +421,94 @@ def _insert_rows_read_usage(count: int) -> sa.Select:
             .where(INV.c.resource_provider_id.in_(sa.select(new.c.resource_provider_id)),
                    INV.c.resource_class_id.in_(sa.select(new.c.resource_class_id))))
     return statement
+
+
+#: PostgreSQL: per number of rows, a new consumer's claim in one
+#: statement (:func:`_claim_statement`).
+_CLAIM_STATEMENTS: dict[int, sa.Select] = {}
+_NEW_CONSUMER_COLUMNS = ("uuid", "project_id", "user_id", "consumer_type_id", "generation")
+
+
+def _claim_statement(count: int) -> sa.Select:
+    """PostgreSQL: the last generation swap of a claim for a new consumer,
+    the consumer's row and the ``count`` allocation rows, in one statement
+    that returns what the capacity check reads (as
+    :func:`_insert_rows_read_usage` does) and whether the swap and the
+    consumer's row were made.
+
+    The consumer's row is written from the swap's result, so only once the
+    swap has its provider (the same order as separate statements: the
+    provider, then the consumer).  The allocation rows are written whatever
+    the swap found; a swap that found its provider moved makes the caller
+    roll everything back.  A statement reads at its start, before the swap
+    may wait for another writer of that provider: that is what the write's
+    first read saw (every writer that adds usage swaps the generation, so
+    one that committed since makes the swap fail), but for writers that
+    only removed allocations since, which can only make room."""
+    statement = _CLAIM_STATEMENTS.get(count)
+    if statement is None:
+        swapped = (sa.update(RP)
+                   .where(RP.c.id == sa.bindparam("swap_id"), RP.c.generation == sa.bindparam("expected"))
+                   .values(generation=sa.bindparam("new"), updated_at=sa.bindparam("now"))
+                   .returning(RP.c.id).cte("swapped"))
+        consumer = (sa.insert(tables.consumers)
+                    .from_select([*_NEW_CONSUMER_COLUMNS, "created_at", "updated_at"], sa.select(
+                        *[sa.bindparam(name) for name in _NEW_CONSUMER_COLUMNS],
+                        sa.bindparam("now"), sa.bindparam("now")).select_from(swapped))
+                    .returning(tables.consumers.c.id).cte("new_consumer"))
+        records = _insert_rows_read_usage(count).subquery("records")
+        one = sa.select(sa.literal_column("1").label("one")).subquery("one")
+        statement = _CLAIM_STATEMENTS[count] = (
+            sa.select(sa.select(sa.func.count()).select_from(swapped).scalar_subquery().label("swapped"),
+                      sa.select(sa.func.count()).select_from(consumer).scalar_subquery().label("consumers"),
+                      *records.c)
+            .select_from(one.outerjoin(records, sa.true())))
+    return statement
+
+
+def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str],
+                 known: Mapping[tuple[str, str], int]) -> consumers.Owner | None:
+    """The owner a new consumer of ``request`` gets, when the write's first
+    read found its project, user and type (else None: one must be written)."""
+    project, user = ((request.project_id, request.user_id) if request.project_id is not None
+                     else incomplete_owner)
+    new_type = request.consumer_type if request.set_consumer_type else None
+    ids = known.get(("P", project)), known.get(("U", user)), known.get(("T", new_type)) if new_type else None
+    if ids[0] is None or ids[1] is None or (new_type is not None and ids[2] is None):
+        return None
+    return consumers.Owner(*ids)
+
+
+def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owner: consumers.Owner,
+                            claims: list[Claim], bumped: list[int], read: Mapping[int, int]) -> None:
+    """Steps 4-6 of :func:`write_allocations` for a consumer without a
+    record or rows, whose owner exists (PostgreSQL): the swaps in id order,
+    the last of them in one statement with the consumer's row, the
+    allocation rows and the capacity check's read
+    (:func:`_claim_statement`).  A flat claim is then three messages:
+    ``BEGIN`` with the first read, that statement, ``COMMIT``."""
+    *first, last = bumped
+    try:
+        for provider_id in first:
+            generations.bump_provider(conn, provider_id, read[provider_id])
+    except ConcurrentUpdate:
+        raise ProviderConflict(bumped) from None
+    now = utcnow()
+    values = {"swap_id": last, "expected": read[last], "new": read[last] + 1, "now": now,
+              "uuid": request.consumer_uuid, "project_id": owner.project_id, "user_id": owner.user_id,
+              "consumer_type_id": owner.consumer_type_id, "generation": 1}
+    for i, claim in enumerate(claims):
+        values.update({f"resource_provider_id_{i}": claim.provider_id, f"consumer_id_{i}": claim.consumer_uuid,
+                       f"resource_class_id_{i}": claim.class_id, f"used_{i}": claim.amount,
+                       f"created_at_{i}": now, f"updated_at_{i}": now})
+    try:
+        rows = raw_rows.written_rows(conn, _claim_statement(len(claims)), values)
+    except sa.exc.IntegrityError:  # the consumer's row, made by another transaction since our read
+        raise consumers.RecordRace(f"consumer {request.consumer_uuid}") from None
+    if rows[0][0] != 1:
+        raise ProviderConflict(bumped)
+    records = _by_pair(row[2:] for row in rows if row[2] is not None)
+    _check_claims(conn, claims, after_write=True, growth=_growth(claims, ()), records=records)
 
 
 _T = tables.consumer_types

@@ -550,17 +550,27 @@ def test_every_write_bumps_the_providers_it_claims_from_and_delete_bumps_none(ap
     assert provider_generation(api128, b) == 2
 
 
-def test_lost_provider_swaps_are_retried_then_reported(app, api128, rp, monkeypatch):
-    real = generations.bump_providers
-    losses = {"left": 3}
+def _stale_reads(monkeypatch, losses: dict, which=None) -> None:
+    """The write's first read sees a generation the provider does not have
+    (of the provider of lowest id, or of highest with ``which="last"``), while
+    ``losses["left"]`` lasts: its swap is lost, as when another writer
+    committed since the read."""
+    real = alloc_db._read_for_write
 
-    def flaky(conn, expected):
-        if losses["left"] > 0:
+    def stale(*args, **kwargs):
+        found = real(*args, **kwargs)
+        if losses["left"] > 0 and found.generations:
             losses["left"] -= 1
-            raise generations.ConcurrentUpdate("lost")
-        return real(conn, expected)
+            ids = sorted(found.generations)
+            found.generations[ids[-1] if which == "last" else ids[0]] += 7
+        return found
 
-    monkeypatch.setattr(generations, "bump_providers", flaky)
+    monkeypatch.setattr(alloc_db, "_read_for_write", stale)
+
+
+def test_lost_provider_swaps_are_retried_then_reported(app, api128, rp, monkeypatch):
+    losses = {"left": 3}
+    _stale_reads(monkeypatch, losses)
     consumer = new_uuid()
     assert api128.put(f"/allocations/{consumer}", json=body(claim(rp, VCPU=1))).status == 204
     assert losses["left"] == 0
@@ -573,6 +583,37 @@ def test_lost_provider_swaps_are_retried_then_reported(app, api128, rp, monkeypa
     assert r.error()["code"] == "placement.concurrent_update"
     assert "Inventory and/or allocations changed while attempting to allocate" in r.error()["detail"]
     assert usages(api128, rp)["VCPU"] == 1
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_a_lost_swap_of_any_provider_of_a_claim_leaves_nothing(app, api128, monkeypatch, which):
+    """A claim for a new consumer from two providers whose swap of one is
+    lost every time: nothing is written, neither the allocations nor the
+    consumer, nor either provider's generation (on PostgreSQL the last
+    swap goes in one statement with the consumer's and allocations' rows)."""
+    a = seed_provider(app, {"VCPU": 8})
+    b = seed_provider(app, {"VCPU": 8})
+    # The project and user exist already (a claim whose owner is new
+    # writes its rows first, and takes the path of separate statements).
+    assert api128.put(f"/allocations/{new_uuid()}", json=body(claim(seed_provider(app, {"VCPU": 1}), VCPU=1))
+                      ).status == 204
+    app.conf.set_override("allocation_conflict_retry_count", 1, group="placement")
+    losses = {"left": 2}
+    _stale_reads(monkeypatch, losses, which)
+    consumer = new_uuid()
+    r = api128.put(f"/allocations/{consumer}", json=body({**claim(a, VCPU=1), **claim(b, VCPU=2)}))
+    assert r.status == 409 and r.error()["code"] == "placement.concurrent_update", r.body
+    assert losses["left"] == 0
+    assert (provider_generation(api128, a), provider_generation(api128, b)) == (0, 0)
+    assert usages(api128, a)["VCPU"] == usages(api128, b)["VCPU"] == 0
+    assert api128.get(f"/allocations/{consumer}").json == {"allocations": {}}
+    with app.db.read() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.consumers)
+                            .where(tables.consumers.c.uuid == consumer)).scalar_one() == 0
+    r = api128.put(f"/allocations/{consumer}", json=body({**claim(a, VCPU=1), **claim(b, VCPU=2)}))
+    assert r.status == 204, r.body
+    assert (provider_generation(api128, a), provider_generation(api128, b)) == (1, 1)
+    assert usages(api128, a)["VCPU"] == 1 and usages(api128, b)["VCPU"] == 2
 
 
 # -- DELETE ---------------------------------------------------------------------

@@ -346,10 +346,11 @@ def test_a_claim_runs_on_the_cursor(app, api, cloud):
 def test_postgresql_claims_read_their_capacity_check_from_their_insert(app, api, cloud):
     """On PostgreSQL the INSERT of a claim's allocation rows also returns
     what the capacity check reads (the inventories written to, with their
-    usage after the INSERT): a PUT for a new consumer sends BEGIN with the
-    read, one swap per provider, the consumer's row, that INSERT and
-    COMMIT, and no statement of its own for the check.  A claim over
-    capacity is still refused, and leaves nothing behind."""
+    usage after the INSERT), and for a new consumer whose owner exists it
+    also makes the last generation swap and the consumer's row: a PUT
+    sends BEGIN with the read, a swap for each provider but the last, that
+    statement and COMMIT, and no statement of its own for the check.  A
+    claim over capacity is still refused, and leaves nothing behind."""
     uuids, _ = cloud
     project, user = new_uuid(), new_uuid()
 
@@ -365,7 +366,7 @@ def test_postgresql_claims_read_their_capacity_check_from_their_insert(app, api,
     assert put({"VCPU": 1})[0].status == 204  # the project and user are new: their rows are written once
     response, statements = put({"VCPU": 1})
     assert response.status == 204, response.body
-    assert len(statements) == 6, statements  # BEGIN + read, 2 swaps, consumer, INSERT + check, COMMIT
+    assert len(statements) == 4, statements  # BEGIN + read, a swap, swap + consumer + INSERT + check, COMMIT
     assert statements[0].startswith("BEGIN ISOLATION LEVEL READ COMMITTED; EXECUTE ")
     assert statements[-1] == "COMMIT"
     with app.db.read() as conn:
@@ -375,3 +376,42 @@ def test_postgresql_claims_read_their_capacity_check_from_their_insert(app, api,
     assert "exceed the capacity" in response.error()["detail"]
     with app.db.read() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(tables.allocations)).scalar_one() == before
+
+
+@pytest.mark.skipif(BACKEND == "sqlite", reason="SQLite's writers hold the database from their first read")
+def test_a_consumer_made_by_another_writer_since_the_read_is_a_race_run_again(app, api, cloud, monkeypatch):
+    """A claim for a consumer that had no record at the write's first read,
+    whose record another transaction then commits: the claim's insert of
+    the consumer (on PostgreSQL, in one statement with its last swap and
+    allocation rows) fails on its uuid, the transaction is run again, and
+    it then writes over the record the other made (before 1.28 nothing
+    checks the consumer's generation): one record, the claim's rows."""
+    from allotment.db import allocations, consumers
+
+    uuids, _ = cloud
+    project, user = new_uuid(), new_uuid()
+    claim = {"allocations": {uuids[1]: {"resources": {"VCPU": 1}}}, "project_id": project, "user_id": user}
+    old = {"OpenStack-API-Version": "placement 1.12"}
+    assert api.put(f"/allocations/{new_uuid()}", json=claim, headers=old).status == 204  # the owner exists
+    consumer = new_uuid()
+    real = allocations._read_for_write
+    made = []
+
+    def then_another_writer(conn, requests, *args):
+        found = real(conn, requests, *args)
+        if not made:
+            with app.db.engine.begin() as other:
+                owner = consumers.ensure_owner(other, project, user)
+                made.append(consumers.insert(other, consumer, owner, generation=0))
+        return found
+
+    monkeypatch.setattr(allocations, "_read_for_write", then_another_writer)
+    response = api.put(f"/allocations/{consumer}", json={**claim, "allocations": {
+        uuids[1]: {"resources": {"VCPU": 2, "DISK_GB": 10}}}}, headers=old)
+    assert response.status == 204, response.body
+    with app.db.read() as conn:
+        records = conn.execute(sa.select(tables.consumers.c.id, tables.consumers.c.generation)
+                               .where(tables.consumers.c.uuid == consumer)).all()
+        rows = conn.execute(sa.select(tables.allocations.c.used)
+                            .where(tables.allocations.c.consumer_id == consumer)).scalars().all()
+    assert records == [(made[0], 1)] and sorted(rows) == [2, 10]
