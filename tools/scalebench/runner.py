@@ -19,7 +19,8 @@ backends' CPU per request, ``--vs`` with alternating blocks):
 ``stream``
     M readers asking candidates (``limit=1000``), first alone (idle), then
     while N writers claim (``GET ...&limit=10``, ``PUT /allocations``,
-    retrying a 409 up to five times), in rounds (``--stream-rounds``) with
+    retrying a 409 up to five times; with ``--claim-rate``, that many
+    claims a second in all, spread evenly), in rounds (``--stream-rounds``) with
     the servers taking turns: the readers' p50 / p95 idle and while
     writing, and each round's ratio, claims per second, CPU per claim;
     then every provider's usage and every claim checked in the database
@@ -679,11 +680,27 @@ class ClaimRun:
         if len(self.samples) < 5:
             self.samples.append(text)
 
-    def writer(self, k: int, stop: threading.Event | None, count: int | None) -> None:
+    def writer(self, k: int, stop: threading.Event | None, count: int | None, every: float | None = None,
+               first: float = 0.0) -> None:
+        """Claims one after another, or (``every``: seconds) one each
+        ``every`` seconds from ``first`` seconds on, as a steady stream would
+        bring them (a claim late by more than ``every`` moves the schedule
+        rather than set off a burst)."""
         rng = random.Random(f"{self.seed}-{k}")
         client = Client(self.server.port, self.args.query_timeout)
         done = 0
+        due = time.perf_counter() + first
         while (stop is None or not stop.is_set()) and (count is None or done < count):
+            if every is not None:
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    if stop is not None and stop.wait(wait):
+                        break
+                    if stop is None:
+                        time.sleep(wait)
+                elif wait < -every:
+                    due = time.perf_counter()
+                due += every
             self.claim(client, rng)
             done += 1
         client.close()
@@ -811,7 +828,11 @@ def _stream_phase(server: Server, sampler: Sampler, args, run: ClaimRun, writers
     times: list[float] = []
     failures: list = []
     threads = _readers(server, args, stop, times, failures)
-    threads += [threading.Thread(target=run.writer, args=(k, stop, None)) for k in writers]
+    # --claim-rate: the writers' claims spread evenly over time, that many
+    # a second in all; else each writer claims again as soon as it is done.
+    every = len(writers) / args.claim_rate if args.claim_rate and len(writers) else None
+    threads += [threading.Thread(target=run.writer, args=(k, stop, None, every, i / args.claim_rate if every else 0.0))
+                for i, k in enumerate(writers)]
     before = run.stats["gets"] + run.stats["puts"]
     machine = _machine_ticks()
     token = sampler.begin(server.label)
@@ -1043,6 +1064,8 @@ def parse_args(argv):
     p.add_argument("--first-reads", type=int, default=6, help="first-read: answers on new connections")
     p.add_argument("--readers", type=int, default=2)
     p.add_argument("--writers", type=int, default=4)
+    p.add_argument("--claim-rate", type=float, default=0.0,
+                   help="stream: the writers' claims a second in all, evenly spread (0: as fast as they can)")
     p.add_argument("--stream-seconds", type=float, default=20.0,
                    help="stream: seconds of each phase (idle, writing) in all, split over the rounds")
     p.add_argument("--stream-rounds", type=int, default=4,
