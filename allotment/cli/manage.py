@@ -2,6 +2,7 @@
 
     placement-manage [--config-file F ...] [--config-dir D ...] db sync
     placement-manage ... db version
+    placement-manage ... db stamp VERSION
     placement-manage ... db online_data_migrations [--max-count N]
 
 Deployment tools (Kolla-Ansible's bootstrap and upgrade, OpenStack-Ansible,
@@ -16,6 +17,11 @@ things and end with the same exit status as Placement's:
 ``db version``
     prints the Placement schema revision (``a082b8bb98d0`` once in sync,
     ``None`` before); Allotment's own revision goes to standard error.
+``db stamp VERSION``
+    records VERSION as the schema's Placement revision and changes nothing
+    else (a revision id or a unique start of one, ``head``, or ``base`` for
+    none), as after copying Placement's tables out of nova_api; exit 0, or
+    1 naming a revision it does not know.
 ``db online_data_migrations``
     runs the migrations in passes of 50 (or one pass of ``--max-count``),
     printing a line per pass that found work and then the table
@@ -73,6 +79,25 @@ def db_version(conf) -> int:
     try:
         print(migrate.placement_revision(db.engine))
         print(f"Allotment revision: {migrate.current_revision(db.engine)}", file=sys.stderr)
+    except common.schema_errors() as error:
+        print(common.one_line(error), file=sys.stderr)
+        return 1
+    return 0
+
+
+def db_stamp(conf) -> int:
+    from allotment.db import reference_layout
+
+    name = conf.command.version
+    try:
+        revision = reference_layout.named_revision(name)
+    except KeyError:
+        print(f"Can't locate revision identified by {name!r}", file=sys.stderr)
+        return 1
+    db = _database(conf)
+    try:
+        with db.engine.begin() as conn:
+            reference_layout.stamp(conn, revision)
     except common.schema_errors() as error:
         print(common.one_line(error), file=sys.stderr)
         return 1
@@ -137,6 +162,10 @@ def _add_db_commands(subparsers) -> None:
     commands.add_parser("sync", help=help_text, description=help_text).set_defaults(func=db_sync)
     help_text = "Report the current database version."
     commands.add_parser("version", help=help_text, description=help_text).set_defaults(func=db_version)
+    help_text = "Stamp the version table with the given version."
+    stamp = commands.add_parser("stamp", help=help_text, description=help_text)
+    stamp.add_argument("version", help="the version to stamp")
+    stamp.set_defaults(func=db_stamp)
     help_text = "Run the online data migrations."
     online = commands.add_parser("online_data_migrations", help=help_text, description=help_text)
     online.add_argument("--max-count", metavar="<number>", help="Maximum number of objects to consider")

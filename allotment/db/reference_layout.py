@@ -69,6 +69,32 @@ def _set_revision(conn: Connection, revision: str) -> None:
     conn.execute(sa.insert(_version).values(version_num=revision))
 
 
+def named_revision(name: str) -> str | None:
+    """The Placement revision ``name`` stands for, as Placement's ``db
+    stamp`` reads it: a revision id or a start of one of two characters or
+    more that only one revision has, ``head`` or ``heads`` (16.0.0's), or
+    ``base`` (None: no revision).  Raises ``KeyError`` for any other."""
+    if name in ("head", "heads"):
+        return HEAD
+    if name == "base":
+        return None
+    found = [revision for revision in REVISIONS if revision.startswith(name)] if len(name) >= 2 else []
+    if len(found) != 1:
+        raise KeyError(name)
+    return found[0]
+
+
+def stamp(conn: Connection, revision: str | None) -> None:
+    """Record ``revision`` as the schema's Placement revision, changing
+    nothing else (None: record none).  For a schema whose revision is
+    known to its operator but not written, as after copying the tables
+    out of the nova_api database: ``db sync`` then takes it from there."""
+    if revision is not None:
+        _set_revision(conn, revision)
+    elif sa.inspect(conn).has_table(VERSION_TABLE):
+        conn.execute(sa.delete(_version))
+
+
 def providers_without_root(conn: Connection) -> int:
     rp = tables.resource_providers
     return conn.execute(sa.select(sa.func.count()).select_from(rp)

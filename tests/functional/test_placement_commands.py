@@ -277,6 +277,72 @@ def test_commands_on_placement_revisions(templates, tmp_path, revision, call):  
     assert status.returncode == 0, status.stdout
 
 
+def test_stamp_a_schema_copied_without_its_revision_then_sync(templates, tmp_path, call):  # noqa: F811
+    """Placement's tables copied out of nova_api carry no revision: sync
+    refuses them, ``db stamp`` records the revision their layout is at
+    (changing nothing else), and the usual steps take them over."""
+    revision = reference.REVISIONS[0]
+    url = templates.copy(revision)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM alembic_version"))
+    config = write_config(tmp_path / "etc", url)
+    assert call("placement-manage", config, "db", "version").stdout == "None\n"
+    sync = call("placement-manage", config, "db", "sync")
+    assert sync.returncode == 1 and "no schema revision" in sync.stderr
+
+    before = rows_of(engine)
+    stamp = call("placement-manage", config, "db", "stamp", revision[:4])  # a start of it will do
+    assert (stamp.returncode, stamp.stdout, stamp.stderr) == (0, "", "")
+    assert call("placement-manage", config, "db", "version").stdout == f"{revision}\n"
+    assert rows_of(engine) == before
+
+    assert call("placement-manage", config, "db", "online_data_migrations").returncode == 0
+    sync = call("placement-manage", config, "db", "sync")
+    assert (sync.returncode, sync.stdout) == (0, ""), sync.stderr
+    assert call("placement-manage", config, "db", "version").stdout == "a082b8bb98d0\n"
+    engine.dispose()
+
+
+def rows_of(engine) -> dict[str, list]:
+    """Every table's rows, but Placement's revision."""
+    meta = sa.MetaData()
+    meta.reflect(engine)
+    with engine.connect() as conn:
+        return {name: sorted(map(tuple, conn.execute(sa.select(table)).all()), key=repr)
+                for name, table in meta.tables.items() if name != "alembic_version"}
+
+
+def test_stamp_names_head_base_and_refuses_what_it_does_not_know(config, call):
+    for name, expected in (("head", "a082b8bb98d0"), ("base", "None"), ("611cd6dffd7b", "611cd6dffd7b"),
+                           ("heads", "a082b8bb98d0")):
+        stamp = call("placement-manage", config, "db", "stamp", name)
+        assert (stamp.returncode, stamp.stdout) == (0, ""), stamp.stderr
+        assert call("placement-manage", config, "db", "version").stdout == f"{expected}\n", name
+    for name in ("nosuch", "b", "a082b8bb98d0x"):  # "b": two revisions start so
+        stamp = call("placement-manage", config, "db", "stamp", name)
+        assert (stamp.returncode, stamp.stdout) == (1, "")
+        assert stamp.stderr == f"Can't locate revision identified by '{name}'\n"
+        assert call("placement-manage", config, "db", "version").stdout == "a082b8bb98d0\n"
+    missing = call("placement-manage", config, "db", "stamp")
+    assert missing.returncode == 2 and "version" in missing.stderr
+
+
+def test_stamp_answers_as_the_reference(tmp_path):
+    """Exit codes and what the version reads after, ours and the reference's."""
+    needs_reference()
+    ours_url, theirs_url = (f"sqlite:///{tmp_path / name}.sqlite" for name in ("ours", "theirs"))
+    ours = str(write_config(tmp_path / "ours", ours_url))
+    theirs = reference.write_conf(str(tmp_path / "theirs"), theirs_url)
+    for name in ("b4ed", "b", "nosuch", "611cd6dffd7b", "heads", "base", "head"):
+        mine, ref = (run("placement-manage", ours, "db", "stamp", name),
+                     _reference_run("placement-manage", theirs, "db", "stamp", name))
+        assert (mine.returncode, mine.stdout) == (ref.returncode, ref.stdout), name
+        assert mine.stderr.splitlines()[-1:] == [line.split(": ", 1)[-1] for line in ref.stderr.splitlines()[-1:]]
+        assert (run("placement-manage", ours, "db", "version").stdout
+                == _reference_run("placement-manage", theirs, "db", "version").stdout), name
+
+
 # -- the reference's commands on the same databases (opt-in) ---------------------
 
 def _reference_run(name: str, config: str, *args: str) -> subprocess.CompletedProcess:
