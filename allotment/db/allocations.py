@@ -269,9 +269,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     records = None
     if claims:
         now = utcnow()
-        rows = [{"resource_provider_id": c.provider_id, "consumer_id": c.consumer_uuid,
-                 "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
-                for c in claims]
+        rows = _row_values(claims, now)
         if conn.dialect.name == "sqlite":
             raw_rows.write(conn, _INSERT_ROW, rows)  # the DBAPI's executemany, as SQLAlchemy's
         elif len(rows) <= _INSERT_ROWS_KEPT:
@@ -281,7 +279,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
             # of three rows: the server's CPU for the INSERT 0.32 -> 0.24 ms
             # (no parsing and planning), and with the consumer's row on the
             # cursor too, a claim's client instructions 9% fewer.
-            values = {f"{name}_{i}": value for i, row in enumerate(rows) for name, value in row.items()}
+            values = _numbered(rows)
             if conn.dialect.name == "postgresql":
                 # The capacity check's records come back from the INSERT itself.
                 records = _by_pair(raw_rows.written_rows(conn, _insert_rows_read_usage(len(rows)), values))
@@ -383,6 +381,18 @@ _INSERT_ROWS_KEPT = 16
 _INSERT_ROWS: dict[int, sa.Insert] = {}
 
 
+def _row_values(claims: Sequence[Claim], now: datetime.datetime) -> list[dict]:
+    """The allocation rows of ``claims``, as :data:`_INSERT_ROW` names their values."""
+    return [{"resource_provider_id": c.provider_id, "consumer_id": c.consumer_uuid,
+             "resource_class_id": c.class_id, "used": c.amount, "created_at": now, "updated_at": now}
+            for c in claims]
+
+
+def _numbered(rows: list[dict]) -> dict:
+    """The values of ``rows`` as :func:`_insert_rows` names them (``{column}_{row}``)."""
+    return {f"{name}_{i}": value for i, row in enumerate(rows) for name, value in row.items()}
+
+
 def _insert_rows(count: int) -> sa.Insert:
     """The INSERT of ``count`` allocation rows, its parameters named
     ``{column}_{row}``."""
@@ -458,6 +468,8 @@ def _claim_statement(count: int) -> sa.Select:
                     .returning(tables.consumers.c.id).cte("new_consumer"))
         records = _insert_rows_read_usage(count).subquery("records")
         one = sa.select(sa.literal_column("1").label("one")).subquery("one")
+        # The consumer's count is there for its WITH to be written at all
+        # (a WITH the statement does not name is left out of it).
         statement = _CLAIM_STATEMENTS[count] = (
             sa.select(sa.select(sa.func.count()).select_from(swapped).scalar_subquery().label("swapped"),
                       sa.select(sa.func.count()).select_from(consumer).scalar_subquery().label("consumers"),
@@ -473,7 +485,7 @@ def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str]
     project, user = ((request.project_id, request.user_id) if request.project_id is not None
                      else incomplete_owner)
     new_type = request.consumer_type if request.set_consumer_type else None
-    ids = known.get(("P", project)), known.get(("U", user)), known.get(("T", new_type)) if new_type else None
+    ids = known.get(("P", project)), known.get(("U", user)), known.get(("T", new_type)) if new_type is not None else None
     if ids[0] is None or ids[1] is None or (new_type is not None and ids[2] is None):
         return None
     return consumers.Owner(*ids)
@@ -496,11 +508,7 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
     now = utcnow()
     values = {"swap_id": last, "expected": read[last], "new": read[last] + 1, "now": now,
               "uuid": request.consumer_uuid, "project_id": owner.project_id, "user_id": owner.user_id,
-              "consumer_type_id": owner.consumer_type_id, "generation": 1}
-    for i, claim in enumerate(claims):
-        values.update({f"resource_provider_id_{i}": claim.provider_id, f"consumer_id_{i}": claim.consumer_uuid,
-                       f"resource_class_id_{i}": claim.class_id, f"used_{i}": claim.amount,
-                       f"created_at_{i}": now, f"updated_at_{i}": now})
+              "consumer_type_id": owner.consumer_type_id, "generation": 1, **_numbered(_row_values(claims, now))}
     try:
         rows = raw_rows.written_rows(conn, _claim_statement(len(claims)), values)
     except sa.exc.IntegrityError:  # the consumer's row, made by another transaction since our read
