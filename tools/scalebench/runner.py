@@ -140,7 +140,22 @@ def yardstick(report: dict, moment: str) -> float:
         spent.append(time.perf_counter() - started)
     seconds = round(statistics.median(spent) * 5, 3)
     report["meta"].setdefault("yardstick_s", {})[moment] = seconds
-    log(f"yardstick ({moment}): a loop of 10^7 additions takes {seconds:.2f} s")
+    # The loop stays in the CPU's caches; work that walks memory (building
+    # a mirror, answering from it) slowed 1.9x one morning while the loop
+    # held still.  A second yardstick walks a dict too large for them.
+    memory = []
+    for _ in range(3):
+        started = time.perf_counter()
+        table = dict.fromkeys(range(1_000_000), 0)
+        for i in range(1_000_000):  # every key once, scattered (7919 is prime)
+            table[i * 7919 % 1_000_000] += 1
+        total = sum(table.values())
+        del table
+        memory.append(time.perf_counter() - started)
+    walk = round(statistics.median(memory), 3)
+    report["meta"].setdefault("memory_yardstick_s", {})[moment] = walk
+    log(f"yardstick ({moment}): a loop of 10^7 additions takes {seconds:.2f} s; "
+        f"a dict of 10^6 built, updated and summed {walk:.2f} s ({total} counted)")
     return seconds
 
 
