@@ -482,10 +482,9 @@ def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str]
                  known: Mapping[tuple[str, str], int]) -> consumers.Owner | None:
     """The owner a new consumer of ``request`` gets, when the write's first
     read found its project, user and type (else None: one must be written)."""
-    project, user = ((request.project_id, request.user_id) if request.project_id is not None
-                     else incomplete_owner)
-    new_type = request.consumer_type if request.set_consumer_type else None
-    ids = known.get(("P", project)), known.get(("U", user)), known.get(("T", new_type)) if new_type is not None else None
+    project, user, new_type = _owner_names(request, incomplete_owner)
+    ids = (known.get(("P", project)), known.get(("U", user)),
+           known.get(("T", new_type)) if new_type is not None else None)
     if ids[0] is None or ids[1] is None or (new_type is not None and ids[2] is None):
         return None
     return consumers.Owner(*ids)
@@ -501,8 +500,7 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
     ``BEGIN`` with the first read, that statement, ``COMMIT``."""
     *first, last = bumped
     try:
-        for provider_id in first:
-            generations.bump_provider(conn, provider_id, read[provider_id])
+        generations.bump_providers(conn, [(pid, read[pid]) for pid in first])
     except ConcurrentUpdate:
         raise ProviderConflict(bumped) from None
     now = utcnow()
@@ -571,11 +569,11 @@ def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], w
     uuids = [r.consumer_uuid for r in requests]
     projects, users, types = set(), set(), set()
     for r in requests:
-        project, user = (r.project_id, r.user_id) if r.project_id is not None else incomplete_owner
+        project, user, new_type = _owner_names(r, incomplete_owner)
         projects.add(project)
         users.add(user)
-        if r.set_consumer_type and r.consumer_type is not None:
-            types.add(r.consumer_type)
+        if new_type is not None:
+            types.add(new_type)
     found = _Found()
     # On the DBAPI cursor (raw_rows): SQLAlchemy's expansion of eight IN
     # lists and its result set-up cost more than the statement itself.
@@ -669,13 +667,18 @@ def _write_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
             raise conflict() from None
 
 
+def _owner_names(request: ConsumerAllocations, incomplete_owner: tuple[str, str]) -> tuple[str, str, str | None]:
+    """The project and user ``request`` names (the incomplete-consumer ids
+    when it names none), and the consumer type it sets (None: it sets none)."""
+    project, user = ((request.project_id, request.user_id) if request.project_id is not None
+                     else incomplete_owner)
+    return project, user, request.consumer_type if request.set_consumer_type else None
+
+
 def _owner(conn: Connection, request: ConsumerAllocations, record: consumers.Consumer | None,
            incomplete_owner: tuple[str, str],
            known: dict[tuple[str, str], int] | None = None) -> consumers.Owner:
-    project, user = request.project_id, request.user_id
-    if project is None:
-        project, user = incomplete_owner
-    new_type = request.consumer_type if request.set_consumer_type else None
+    project, user, new_type = _owner_names(request, incomplete_owner)
     if record is not None and (record.project, record.user) == (project, user) and new_type is None:
         return consumers.Owner(record.project_id, record.user_id, record.consumer_type_id)
     owner = consumers.ensure_owner(conn, project, user, new_type, known=known)
