@@ -66,7 +66,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain import inventory_fit as cap
-from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import RUN, KeptResults, Provider, ProviderSnapshot, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
 
@@ -272,7 +272,8 @@ def iter_allocation_requests(
                       for root in plan.anchor_roots(anchors))
     else:
         key = repr(dataclasses.replace(request, limit=None))
-        per_anchor = plan.remembered(kept.trees, key, plan.anchor_roots(anchors),
+        roots = plan.every_root(anchors)
+        per_anchor = plan.remembered(kept.trees, key, plan.anchor_roots(anchors) if roots is None else roots,
                                      [] if kept_runs is None else kept_runs)
     if strategy == DEPTH_FIRST:
         stream = itertools.chain.from_iterable(per_anchor)
@@ -511,6 +512,16 @@ class Plan:
         get = self.snapshot.get
         return (root for root in roots if root_traits.matches(get(root).traits))
 
+    def every_root(self, anchors: Iterable[int] | None = None) -> tuple[int, ...] | None:
+        """The snapshot's ``root_ids`` when they are the roots
+        :meth:`anchor_roots` gives (before its root traits are checked),
+        else None."""
+        if anchors is not None and anchors is not self.snapshot.root_ids:
+            return None
+        if self.unsuffixed is not None and self.unsuffixed.in_tree:
+            return None
+        return self.snapshot.root_ids
+
     # -- per-provider predicates ----------------------------------------------
 
     def single_ok(self, grp: RequestGroup, prov: Provider) -> bool:
@@ -686,7 +697,10 @@ class Plan:
         it changes (:meth:`KeptResults.after` forgets it then).  The trees the
         memo knows give nothing are passed over: a query that few trees
         meet (``member_of``, rare traits) costs a dictionary lookup per
-        other tree.
+        other tree, and one whose trees are every root of the snapshot in
+        order (see :meth:`anchor_roots`) a lookup per run of
+        :data:`~allotment.domain.provider_tree.RUN` trees that all give
+        nothing (a cloud whose first trees are full).
 
         Not kept: a tree holding a sharing provider, more than
         :data:`MEMO_PER_TREE` candidates, and candidates searched while a
@@ -694,10 +708,36 @@ class Plan:
         first anchor that reaches it, so what this anchor gives depends on
         the others).  The ids of the candidates given from the memo, or
         kept in it, are appended to ``kept_runs`` (as the memo keeps them)."""
+        order = self.snapshot.root_ids
+        if roots is not order:
+            yield from self._remembered_trees(memo, key, roots, kept_runs, None)
+            return
+        root_traits = self.request.root_traits
+        get = self.snapshot.get
+        for start in range(0, len(order), RUN):
+            runs = memo.runs_of(self.snapshot)
+            found = runs.get(start // RUN)
+            if found is not None and key in found:
+                continue
+            trees = order[start:start + RUN]
+            if root_traits:
+                trees = [root for root in trees if root_traits.matches(get(root).traits)]
+            nothing = [True]
+            yield from self._remembered_trees(memo, key, trees, kept_runs, nothing)
+            if nothing[0]:
+                memo.nothing_in(runs, start // RUN, key, self.snapshot)
+
+    def _remembered_trees(self, memo: TreeMemo, key: str, roots: Iterable[int],
+                          kept_runs: list, nothing: list | None) -> Iterator[Iterable[AllocationRequest]]:
+        """:meth:`remembered` tree by tree; ``nothing[0]`` stays true while
+        every tree is kept as giving nothing (once each has been asked
+        for all it gives)."""
         remembering = self._remembering
         sharing = self.snapshot.roots_with_sharing() if self.lending else ()
         for root in roots:
             if sharing and root in sharing:
+                if nothing:
+                    nothing[0] = False
                 yield self.candidates_at(root)
                 continue
             per_key = memo.entries.get(root)
@@ -705,10 +745,16 @@ class Plan:
                 kept = per_key.get(key)
                 if kept is not None:
                     if kept[0]:
+                        if nothing:
+                            nothing[0] = False
                         kept_runs.append(kept[0])
                         yield kept[0]
                     continue
             yield remembering(memo, key, root, kept_runs)
+            if nothing and nothing[0]:
+                per_key = memo.entries.get(root)
+                kept = per_key.get(key) if per_key is not None else None
+                nothing[0] = kept is not None and not kept[0]
 
     def _remembering(self, memo: TreeMemo, key: str, root: int,
                      kept_runs: list) -> Iterator[AllocationRequest]:

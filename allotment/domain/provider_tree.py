@@ -139,6 +139,10 @@ def shard_count(size: int) -> int:
     return min(MAX_SHARDS, max(MIN_SHARDS, 1 << (size // KEYS_PER_SHARD).bit_length()))
 
 
+#: Trees per run of :class:`TreeMemo`'s empty runs.
+RUN = 64
+
+
 class ShardedMap:
     """A mapping split by key hash into dicts (shards), so that a successor
     with a few keys changed (:meth:`successor`) copies only their shards
@@ -240,9 +244,16 @@ class TreeMemo:
     Bounded by the sum of the sizes given to :meth:`put`: at ``limit``, it
     is emptied (its successors share the count, so what older snapshots
     still add is counted too, until then).
+
+    Beside the entries, the runs of trees that give nothing: the roots of a
+    snapshot's ``root_ids``, in runs of :data:`RUN` by their place there,
+    and for each run the keys for which every one of its trees is kept as
+    giving nothing (:meth:`nothing_in`).  A query over a cloud whose first
+    trees are full passes a run with one lookup instead of one per tree.  A
+    run is forgotten with the entries of any of its trees.
     """
 
-    __slots__ = ("entries", "held", "limit", "trees")
+    __slots__ = ("entries", "held", "limit", "trees", "empty_runs", "order", "places")
 
     def __init__(self, limit: int, trees: int = 0):
         #: about how many trees there are (how the entries are sharded)
@@ -251,6 +262,14 @@ class TreeMemo:
         #: [sum of the sizes held], shared with this memo's successors
         self.held = [0]
         self.limit = limit
+        #: run number -> the keys its trees all give nothing for (a new
+        #: dict for each successor: what one marks holds of its snapshot)
+        self.empty_runs: dict[int, frozenset] = {}
+        #: the roots the runs are numbered in (a snapshot's ``root_ids``)
+        self.order: tuple[int, ...] | None = None
+        #: root id -> its place in ``order`` (the snapshot's
+        #: :meth:`ProviderSnapshot.root_places`, once a run is noted)
+        self.places: dict[int, int] | None = None
 
     def get(self, root: int, key):
         """The value kept for ``key`` from this tree, or None."""
@@ -264,9 +283,24 @@ class TreeMemo:
         """Keep ``value`` (not None), counted as ``size``."""
         if self.held[0] + size > self.limit:
             self.entries = ShardedMap(size=self.trees)
+            self.empty_runs = {}
             self.held[0] = 0
         self.entries.setdefault(root, {})[key] = (value, size)
         self.held[0] += size
+
+    def runs_of(self, snapshot: ProviderSnapshot) -> dict[int, frozenset]:
+        """The empty runs of trees numbered in ``snapshot``'s ``root_ids``
+        (none if the runs known were numbered in other roots)."""
+        if self.order is not snapshot.root_ids:
+            self.order, self.places, self.empty_runs = snapshot.root_ids, None, {}
+        return self.empty_runs
+
+    def nothing_in(self, runs: dict[int, frozenset], run: int, key, snapshot: ProviderSnapshot) -> None:
+        """Note that every tree of ``run`` gives nothing for ``key``, in
+        ``runs`` (as :meth:`runs_of` gave them for ``snapshot``)."""
+        runs[run] = runs.get(run, frozenset()) | {key}
+        if self.places is None and self.order is snapshot.root_ids:
+            self.places = snapshot.root_places()
 
     def without(self, roots: Iterable[int]) -> TreeMemo:
         """A successor without what was computed from these trees."""
@@ -277,6 +311,16 @@ class TreeMemo:
             if gone:
                 self.held[0] -= sum(size for _, size in gone.values())
         new.entries, new.held, new.limit, new.trees = self.entries.successor(roots), self.held, self.limit, self.trees
+        new.order, new.empty_runs = self.order, dict(self.empty_runs)
+        new.places = places = self.places
+        if new.empty_runs:
+            if places is None:  # not known where the trees are: none is passed over
+                new.empty_runs = {}
+            else:
+                for root in roots:
+                    place = places.get(root)
+                    if place is not None:
+                        new.empty_runs.pop(place // RUN, None)
         return new
 
 
@@ -549,10 +593,15 @@ class ProviderSnapshot:
         walking every root."""
         if len(roots) * 16 >= len(self.root_ids):
             return [root for root in self.root_ids if root in roots]
+        return sorted(roots, key=self.root_places().__getitem__)
+
+    def root_places(self) -> dict[int, int]:
+        """Root id -> its place in ``root_ids`` (made when first asked for,
+        and shared by the successors that keep the same roots)."""
         index = self._root_index
         if index is None:
             index = self._root_index = {root: place for place, root in enumerate(self.root_ids)}
-        return sorted(roots, key=index.__getitem__)
+        return index
 
     def uuid_of(self, provider_id: int | None) -> str | None:
         if provider_id is None:

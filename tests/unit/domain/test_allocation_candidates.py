@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from allotment.domain import allocation_candidates as ac
 from allotment.domain import request_groups as rg
 from allotment.domain.provider_tree import (
-    SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot)
+    RUN, SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot)
 
 
 # ---------------------------------------------------------------------------
@@ -1730,3 +1730,88 @@ def test_kept_candidates_pass_over_trees_that_give_nothing_until_they_change():
     result = solve(after, query, kept=kept_after)
     assert [a for a, _ in named(after, result)] == [{"h2": {"VCPU": 1}}, {"h3": {"VCPU": 1}}]
     assert result.allocation_requests[0] is first.allocation_requests[0]  # h2's tree did not change
+
+
+class _CountedGets:
+    """A memo's entries, counting the lookups made in them."""
+
+    def __init__(self, entries):
+        self.inner, self.gets = entries, 0
+
+    def get(self, key, default=None):
+        self.gets += 1
+        return self.inner.get(key, default)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _filled_cloud(full: int, free: int) -> Trees:
+    """Flat hosts, the first ``full`` of them with no VCPU left."""
+    cloud = Trees()
+    for i in range(full + free):
+        cloud.add(f"h{i}", inv={"VCPU": 8}, used={"VCPU": 8} if i < full else None)
+    return cloud
+
+
+def test_kept_candidates_pass_over_runs_of_full_trees_until_one_changes():
+    """A cloud whose first trees are full: a query asked again passes each
+    run of trees that all gave nothing with one lookup, not one per tree,
+    until a tree of that run changes."""
+    cloud = _filled_cloud(2 * RUN + 3, RUN)
+    snapshot, kept = cloud.snapshot(), KeptResults(100_000)
+    query = "resources=VCPU:1&limit=2"
+    first = solve(snapshot, query, kept=kept)
+    expected = [{f"h{i}": {"VCPU": 1}} for i in (2 * RUN + 3, 2 * RUN + 4)]
+    assert [a for a, _ in named(snapshot, first)] == expected
+    runs = kept.trees.runs_of(snapshot)
+    key = next(iter(runs[0]))
+    assert key in runs[1] and 2 not in runs  # run 2 holds the candidates
+    kept.trees.entries = counted = _CountedGets(kept.trees.entries)
+    again = solve(snapshot, query, kept=kept)
+    assert again.allocation_requests == first.allocation_requests
+    assert counted.gets <= 5  # the trees of run 2 up to the second candidate: one each, not 2 * RUN + 5
+    kept.trees.entries = counted.inner
+    # A host of the first run is freed: that run is searched again, the second is still passed over.
+    cloud.use("h5", "VCPU", -8)
+    h5 = next(prov for prov in cloud.snapshot() if prov.name == "h5")
+    after, kept_after = _changed(snapshot, kept, h5)
+    assert [a for a, _ in named(after, solve(after, query, kept=kept_after))] == [{"h5": {"VCPU": 1}}, expected[0]]
+    runs_after = kept_after.trees.runs_of(after)
+    assert 0 not in runs_after and key in runs_after[1]
+    assert key in kept.trees.runs_of(snapshot)[0]  # the older results stay as they were
+    assert [a for a, _ in named(snapshot, solve(snapshot, query, kept=kept))] == expected
+
+
+def test_kept_runs_count_trees_without_the_root_traits_as_giving_nothing():
+    cloud = _filled_cloud(RUN, RUN)
+    for i in range(RUN, 2 * RUN):
+        cloud.traits(f"h{i}", "CUSTOM_GOLD")
+    cloud.use("h3", "VCPU", -8)  # free, but not gold
+    snapshot, kept = cloud.snapshot(), KeptResults(100_000)
+    query = "resources=VCPU:1&root_required=CUSTOM_GOLD&limit=1"
+    for _ in range(2):
+        assert [a for a, _ in named(snapshot, solve(snapshot, query, kept=kept))] == [{f"h{RUN}": {"VCPU": 1}}]
+    assert 0 in kept.trees.runs_of(snapshot)
+
+
+@pytest.mark.parametrize("limit", [100_000, 150])
+def test_kept_runs_give_what_a_search_afresh_gives(limit):
+    """Hosts filled and freed at random, one change at a time: the kept
+    results (with their runs) answer as a search without them does, also
+    when the memo is emptied again and again (``limit``)."""
+    rng = random.Random(7)
+    hosts = 5 * RUN
+    cloud = Trees()
+    for i in range(hosts):
+        cloud.add(f"h{i}", inv={"VCPU": 4}, used={"VCPU": 4} if rng.random() < 0.9 else None)
+    snapshot, kept = cloud.snapshot(), KeptResults(limit)
+    queries = ["resources=VCPU:1&limit=3", "resources=VCPU:4&limit=1", "resources=VCPU:2"]
+    for _ in range(60):
+        for query in queries:
+            assert allocs(snapshot, solve(snapshot, query, kept=kept)) == allocs(snapshot, solve(snapshot, query))
+        name = f"h{rng.randrange(hosts)}"
+        used = cloud._rows[name]["used"].get("VCPU", 0)
+        cloud.use(name, "VCPU", -used if used else rng.randint(1, 4))
+        changed = next(prov for prov in cloud.snapshot() if prov.name == name)
+        snapshot, kept = _changed(snapshot, kept, changed)
