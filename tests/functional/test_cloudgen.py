@@ -43,10 +43,10 @@ def _dump(url: str) -> dict[str, list[tuple]]:
 def generated(tmp_path_factory):
     made = []
 
-    def make(shapes=SHAPES, seed=42, **kwargs):
+    def make(shapes=SHAPES, seed=42, full_first=0.0, **kwargs):
         url, drop = create_database(tmp_path_factory, "cloudgen")
         made.append(drop)
-        return url, cloud.generate(url, cloud.Spec(shapes, seed), **kwargs)
+        return url, cloud.generate(url, cloud.Spec(shapes, seed, full_first), **kwargs)
 
     yield make
     for drop in made:
@@ -128,5 +128,35 @@ def test_allotment_serves_the_cloud_and_sees_writes_after_it(generated):
                     == before["provider_summaries"][provider]["resources"][rc]["used"] + amount)
         if BACKEND in changes.NOTING_BACKENDS:
             assert app.state.mirror.full_reads == 1 and app.state.mirror.partial_reads == 1
+    finally:
+        db.dispose()
+
+
+def test_full_first_fills_the_first_roots_of_each_shape(generated):
+    """``full_first``: a cloud that filled in the order candidates are
+    given.  The first half of each shape's roots give no candidate for a
+    scheduler's query, the others still do, and nothing is over capacity."""
+    url, result = generated(shapes=[("nested", 10), ("flat", 10)], full_first=0.5)
+    conf = make_conf(url, allotment__candidates_cache_mb=0)
+    from allotment.api.app import Application
+    from allotment.service import database_from_config, prepare_database
+
+    db = database_from_config(conf)
+    prepare_database(db)
+    try:
+        with db.engine.connect() as conn:
+            over = conn.exec_driver_sql(
+                "SELECT count(*) FROM inventories i JOIN (SELECT resource_provider_id, resource_class_id, "
+                "sum(used) AS used FROM allocations GROUP BY resource_provider_id, resource_class_id) a "
+                "ON a.resource_provider_id = i.resource_provider_id AND a.resource_class_id = i.resource_class_id "
+                "WHERE a.used > (i.total - i.reserved) * i.allocation_ratio").scalar()
+        assert over == 0
+        api = ApiClient(Application(conf, db), version="1.39")
+        names = {rp["uuid"]: rp["name"] for rp in api.get("/resource_providers").json["resource_providers"]}
+        found = api.get("/allocation_candidates?resources=VCPU:2,MEMORY_MB:4096,DISK_GB:20").json
+        roots = {names[summary["root_provider_uuid"]] for summary in found["provider_summaries"].values()}
+        numbers = {int(name[-6:]) for name in roots}
+        assert numbers and min(numbers) >= 5, sorted(roots)
+        assert len({name[:-6] for name in roots}) == 2  # candidates left in both shapes
     finally:
         db.dispose()

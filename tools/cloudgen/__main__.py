@@ -69,12 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("shapes", nargs="+", metavar="SHAPE=ROOTS")
     parser.add_argument("--db-url", required=True)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--full-first", type=float, default=0.0, metavar="SHARE",
+                        help="this share of each shape's first roots full, as a cloud that fills in the "
+                             "order candidates are given (default 0)")
     parser.add_argument("--placement-only", action="store_true",
                         help="leave the database as Placement 16.0.0 would (no take-over by Allotment)")
     parser.add_argument("--summary", help="write what was generated to this JSON file")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    spec = Spec(parse_shapes(args.shapes), seed=args.seed)
+    spec = Spec(parse_shapes(args.shapes), seed=args.seed, full_first=args.full_first)
     create_database(args.db_url)
     log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr))
     result = generate(args.db_url, spec, placement_only=args.placement_only, log=log)

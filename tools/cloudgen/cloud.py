@@ -28,7 +28,10 @@ Shapes (the bench's, so that the same queries mean the same thing):
   hosts that have VCPU and MEMORY_MB only.
 
 Every host has one or two consumers using 30-60 % of it (15 % of hosts
-are 99 % full on memory, so capacity filtering matters); a nested host's
+are 99 % full on memory, so capacity filtering matters); with
+``full_first``, that share of each shape's first roots is full too, as a
+cloud fills whose schedulers take the first candidates (a nested host's
+NUMA nodes both, so that the tree gives nothing); a nested host's
 consumers use one NUMA node and the root's disk, some a VGPU or a VF with
 bandwidth; a sharing host's first consumer takes disk from a shared
 provider.  Consumers belong to roots/20 projects and roots/10 users (at
@@ -103,10 +106,12 @@ BANDWIDTH = Inv("NET_BW_EGR_KILOBIT_PER_SEC", 10_000_000)
 
 @dataclasses.dataclass
 class Spec:
-    """What to generate: [(shape, roots)], and the seed."""
+    """What to generate: [(shape, roots)], the seed, and the share of each
+    shape's first roots that are full."""
 
     shapes: Sequence[tuple[str, int]]
     seed: int = 42
+    full_first: float = 0.0
 
     def __post_init__(self) -> None:
         for shape, roots in self.shapes:
@@ -114,6 +119,8 @@ class Spec:
                 raise ValueError(f"unknown shape {shape!r} (one of {', '.join(SHAPES)})")
             if roots < 1:
                 raise ValueError(f"{shape}: at least one root")
+        if not 0.0 <= self.full_first <= 1.0:
+            raise ValueError("full_first: a share between 0 and 1")
 
 
 @dataclasses.dataclass
@@ -189,9 +196,12 @@ class _ShapeWriter:
     """Generates one shape's trees, root by root, into batches of rows."""
 
     def __init__(self, shape: str, roots: int, seed: int, prefix: str, summary: ShapeSummary,
-                 aggregate_ids: dict[str, int], owner_ids: dict[str, int]):
+                 aggregate_ids: dict[str, int], owner_ids: dict[str, int], full_first: float = 0.0):
         self.shape = shape
         self.roots = roots
+        #: roots numbered below this are full
+        self.full_below = int(roots * full_first)
+        self.full = False
         self.rng = random.Random(f"{seed}-{shape}-{roots}")
         self.prefix = prefix
         self.summary = summary
@@ -275,9 +285,10 @@ class _ShapeWriter:
     def host_consumers(self, rows: _Rows, compute: _Provider, disk: _Provider | None,
                        extra: dict[_Provider, dict[str, int]]) -> None:
         """One or two consumers using 30-60 % of a host (99 % of its memory
-        on 15 % of hosts), the first of them also holding ``extra``."""
+        on 15 % of hosts and on the first roots of ``full_first``), the
+        first of them also holding ``extra``."""
         rng = self.rng
-        full = rng.random() < 0.15
+        full = rng.random() < 0.15 or self.full
         used = 0.99 if full else rng.uniform(0.3, 0.6)
         k = rng.randint(1, 2)
         vcpu, memory = compute.inventories["VCPU"], compute.inventories["MEMORY_MB"]
@@ -301,6 +312,7 @@ class _ShapeWriter:
     # -- trees --------------------------------------------------------------
 
     def tree(self, rows: _Rows, i: int) -> None:
+        self.full = i < self.full_below
         getattr(self, "_" + self.shape)(rows, i)
 
     def _flat(self, rows: _Rows, i: int) -> None:
@@ -326,7 +338,10 @@ class _ShapeWriter:
                                     [f"CUSTOM_PHYSNET_{physnet}", "CUSTOM_VNIC_TYPE_DIRECT", "HW_NIC_SRIOV"])
                 if j == 0 and rng.random() < 0.5:
                     extra[nic] = {"SRIOV_NET_VF": 1, "NET_BW_EGR_KILOBIT_PER_SEC": 100_000}
-        self.host_consumers(rows, numa[rng.randrange(2)], root, extra)
+        used = rng.randrange(2)
+        self.host_consumers(rows, numa[used], root, extra)
+        if self.full:  # the other node too, without the disk the first took
+            self.host_consumers(rows, numa[1 - used], None, {})
 
     def _sharing(self, rows: _Rows, i: int) -> None:
         rng = self.rng
@@ -467,7 +482,8 @@ def generate(url: str, spec: Spec, *, placement_only: bool = False, log=lambda m
         for (shape, roots), prefix in zip(spec.shapes, _prefixes(spec)):
             summary = ShapeSummary(shape, roots)
             summaries.append(summary)
-            writer = _ShapeWriter(shape, roots, spec.seed, prefix, summary, aggregate_ids, owner_ids)
+            writer = _ShapeWriter(shape, roots, spec.seed, prefix, summary, aggregate_ids, owner_ids,
+                                  spec.full_first)
             for number, batch in enumerate(_batches(roots)):
                 rows = _Rows(ids, class_ids, trait_ids, type_id)
                 if number == 0:

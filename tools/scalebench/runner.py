@@ -174,11 +174,15 @@ class CloudStore:
         self.backend = args.db
         self.shapes = args.cloud
         self.seed = args.seed
+        self.full_first = args.full_first
         self.cache = Path(args.cache_dir)
         self.cache.mkdir(parents=True, exist_ok=True)
         spec = f"{self.backend} {self.shapes} {self.seed} {_generator_digest()}"
+        if self.full_first:
+            spec += f" full_first={self.full_first}"
         self.key = hashlib.sha1(spec.encode()).hexdigest()[:10]
-        self.name = "scalebench_" + "_".join(f"{s}{n}" for s, n in self.shapes) + "_" + self.key
+        self.name = ("scalebench_" + "_".join(f"{s}{n}" for s, n in self.shapes)
+                     + (f"_full{round(self.full_first * 100)}" if self.full_first else "") + "_" + self.key)
         self.summary_path = self.cache / f"{self.name}.json"
         self.pg_template = args.pg_url
         self.copies: list[str] = []
@@ -213,7 +217,8 @@ class CloudStore:
                 conn.exec_driver_sql(f'CREATE DATABASE "{self.name}"')
             engine.dispose()
         log(f"cloud: generating {self.shapes} (seed {self.seed}) into {self.url(self.name)}")
-        result = cloud.generate(self.url(self.name), cloud.Spec(self.shapes, self.seed), placement_only=True)
+        result = cloud.generate(self.url(self.name), cloud.Spec(self.shapes, self.seed, self.full_first),
+                                placement_only=True)
         summary = {"seconds": result.seconds, "rows": result.rows,
                    "shapes": [vars(s) for s in result.shapes]}
         log(f"cloud: {sum(result.rows.values())} rows in {result.seconds:.1f} s")
@@ -1065,6 +1070,8 @@ def parse_args(argv):
     p.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     p.add_argument("--pg-url", default=PG_DEFAULT, help="PostgreSQL URL template with {name}")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--full-first", type=float, default=0.0, metavar="SHARE",
+                   help="the cloud: this share of each shape's first roots full (tools/cloudgen --full-first)")
     p.add_argument("--serve", default="ours-computed", help="A: a preset (ours, ours-computed, reference) "
                                                             "or a command with {config} and {port}")
     p.add_argument("--vs", help="B: a second server, measured in the same run")
