@@ -44,7 +44,7 @@ from allotment.api.state import MAX_ENCODED, MAX_NAMES_AT
 from allotment.db import allocation_candidates as db
 from allotment.db import changes
 from allotment.db import resource_providers as providers_db
-from allotment.db.provider_mirror import Mirrored
+from allotment.db.provider_mirror import MirrorAhead, Mirrored
 from allotment.domain import allocation_candidates as solver
 from allotment.domain.errors import BadRequest
 from allotment.domain.inventories import ResourceClassNotFound
@@ -281,13 +281,26 @@ def generation_cap(conf) -> tuple[int, str]:
     return cap, "max_allocation_candidates"
 
 
+#: Read transactions begun again when the provider mirror was ahead of
+#: the last (SQLite), before the database is read instead.
+AHEAD_RETRIES = 3
+
+
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
-    # One read transaction: the summaries show the usage the solver saw.
-    with req.app.db.read() as conn:
-        # Read even without a mirror: it tells when the PostgreSQL log is due
-        # to be folded, which nothing else would do without reused answers.
-        number, compact_due = changes.read_number(conn)
-        found = _found(req, conn, request, None if req.app.state.mirror is None else number)
+    mirror = req.app.state.mirror
+    for attempt in range(AHEAD_RETRIES + 1):
+        # One read transaction: the summaries show the usage the solver saw.
+        try:
+            with req.app.db.read() as conn:
+                # Read even without a mirror: it tells when the PostgreSQL log is due
+                # to be folded, which nothing else would do without reused answers.
+                number, compact_due = changes.read_number(conn)
+                found = _found(req, conn, request, None if mirror is None or attempt == AHEAD_RETRIES else number)
+            break
+        except MirrorAhead:
+            # Another thread moved the mirror on since this transaction
+            # began: one begun now is served from it.
+            continue
     if compact_due:
         _compact(req)
     if req.app.metrics is not None:

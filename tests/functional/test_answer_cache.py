@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from allotment.api.app import Application
 from allotment.db import allocation_candidates as allocation_candidates_db
 from allotment.db import changes, provider_mirror, raw_rows, tables
+from allotment.db.provider_mirror import MirrorAhead
 from allotment.service import database_from_config
 from tests.conftest import BACKEND, ApiClient, _empty_tables, make_conf, new_uuid
 
@@ -565,7 +566,11 @@ def test_postgresql_notes_read_the_provider_log_from_the_snapshots_oldest(apps):
 
 
 @pytest.mark.skipif(BACKEND != "sqlite", reason="reads without a transaction on PostgreSQL")
-def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
+def test_a_transaction_older_than_the_mirror_is_told_to_begin_again(apps):
+    """The mirror holds a write the older transaction does not see: it is not
+    given to it (what else the request reads in that transaction would be
+    older than it), but the caller is told that a transaction begun now is
+    served from it."""
     _, _, _, outside, mirrored = apps
     cloud = _new_cloud(outside)
     mirror = mirrored.state.mirror
@@ -576,7 +581,10 @@ def test_a_transaction_older_than_the_mirror_reads_the_database(apps):
         with mirrored.db.read() as new:
             newer, _ = changes.read_number(new)
             assert newer != number and mirror.snapshot(new, newer) is not None
-        assert mirror.snapshot(old, number) is None
+        with pytest.raises(MirrorAhead):
+            mirror.snapshot(old, number)
+    with mirrored.db.read() as again:
+        assert mirror.snapshot(again, changes.read_number(again)[0]) is not None
 
 
 def test_a_lender_filling_up_takes_its_disk_out_of_kept_candidates(apps):
