@@ -678,6 +678,10 @@ _PROVIDER_RECORDS = (_with_generation(INV.c.resource_class_id, INV.c.total, INV.
 #: hosts, or a few hosts of a hundred devices each); each further round
 #: twice as many.
 FIRST_ROUND = 512
+#: Trees read by one statement at most, however large a round grows: a
+#: request that passes many trees giving nothing (a cloud whose first trees
+#: are full) doubles its rounds, and SQLite takes 32,766 parameters at most.
+LOAD_TREES = 4096
 
 
 @dataclasses.dataclass
@@ -955,7 +959,14 @@ class _Trees:
         if not roots:
             return
         self._loaded |= roots
-        params = {"roots": sorted(roots), "lost": []}
+        ordered = sorted(roots)
+        for start in range(0, len(ordered), LOAD_TREES):
+            self._load_trees(ordered[start:start + LOAD_TREES])
+
+    def _load_trees(self, ordered: list[int]) -> None:
+        """:meth:`load` of at most :data:`LOAD_TREES` trees (roots in id order)."""
+        roots = set(ordered)
+        params = {"roots": ordered, "lost": []}
         providers = _rows(self.conn, _TREE_PROVIDERS, params)
         lost = roots.difference(row[0] for row in providers)
         if lost:
@@ -983,8 +994,9 @@ class _Trees:
         class_ids.update((pid, tuple([record[0] for record in records])) for pid, records in self.caches.records.fetch(
             self.conn, _PROVIDER_RECORDS, [(added[i][0], added[i][1], added[i][4]) for i in rest]).items())
         lacking = [pid for pid, ids in class_ids.items() if any((pid, class_id) not in usage for class_id in ids)]
-        if lacking:
-            for pid, class_id, used in _rows(self.conn, _PROVIDER_USAGE, {"ids": lacking}):
+        for start in range(0, len(lacking), raw_rows.IDS_PER_STATEMENT):
+            for pid, class_id, used in _rows(self.conn, _PROVIDER_USAGE,
+                                             {"ids": lacking[start:start + raw_rows.IDS_PER_STATEMENT]}):
                 usage[(pid, class_id)] = int(used)
         no_aggregates: frozenset = frozenset()
         for i, built in kept.items():

@@ -55,6 +55,10 @@ _PG_IDLE = 0
 #: list lengths); meant for statements built once per process (or per
 #: query shape), not per call.
 MAX_ENTRIES = 4096
+#: Ids a caller puts in one list parameter at most (a list is padded to
+#: the next power of two): SQLite takes 32,766 parameters a statement.
+IDS_PER_STATEMENT = 8192
+
 
 class _Value:
     """Stands for one parameter value while the recipe is worked out."""
