@@ -99,18 +99,20 @@ def list_allocation_candidates(req: Request) -> webob.Response:
     number, compact_due = changes.current_number(req.app.db.engine)
     answer = cache.get(key, number)
     if answer is None:
-        with req.app.db.read() as conn:
-            if number is None or conn.dialect.name != "postgresql":
+        def computed(conn, mirrored: bool) -> tuple:
+            read, due = number, compact_due
+            if read is None or conn.dialect.name != "postgresql":
                 # Read again, first in the transaction the answer is computed
                 # in.  (PostgreSQL reads run without one, each statement in
                 # a snapshot of its own: the number read just now is as good.)
-                number, compact_due = changes.read_number(conn)
+                read, due = changes.read_number(conn)
             request = parse_query(req)
             with gc_paused():
-                found = _found(req, conn, request, number)
-                answer = answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
-                                             len(found.allocation_requests), _capped(req, found))
-                del found
+                found = _found(req, conn, request, read if mirrored else None)
+                return read, due, answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
+                                                      len(found.allocation_requests), _capped(req, found))
+
+        number, compact_due, answer = _in_read(req, computed)
         cache.put(key, number, answer)
     elif answer.capped:
         _log_capped(req)
@@ -286,21 +288,33 @@ def generation_cap(conf) -> tuple[int, str]:
 AHEAD_RETRIES = 3
 
 
-def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
-    mirror = req.app.state.mirror
+def _in_read(req: Request, work):
+    """``work(conn, mirrored)`` in a read transaction (one: the summaries show
+    the usage the solver saw), begun again while the provider mirror is
+    ahead of it (:class:`MirrorAhead`: another thread moved the mirror on
+    since this transaction began, and one begun now is served from it);
+    the last of :data:`AHEAD_RETRIES` + 1 tries is told not to use the
+    mirror (``mirrored`` false) and reads the database."""
     for attempt in range(AHEAD_RETRIES + 1):
-        # One read transaction: the summaries show the usage the solver saw.
         try:
             with req.app.db.read() as conn:
-                # Read even without a mirror: it tells when the PostgreSQL log is due
-                # to be folded, which nothing else would do without reused answers.
-                number, compact_due = changes.read_number(conn)
-                found = _found(req, conn, request, None if mirror is None or attempt == AHEAD_RETRIES else number)
-            break
+                return work(conn, attempt < AHEAD_RETRIES)
         except MirrorAhead:
-            # Another thread moved the mirror on since this transaction
-            # began: one begun now is served from it.
-            continue
+            if attempt == AHEAD_RETRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
+    mirror = req.app.state.mirror
+
+    def found_in(conn, mirrored: bool) -> tuple:
+        # Read even without a mirror: it tells when the PostgreSQL log is due
+        # to be folded, which nothing else would do without reused answers.
+        number, compact_due = changes.read_number(conn)
+        return compact_due, _found(req, conn, request, number if mirror is not None and mirrored else None)
+
+    compact_due, found = _in_read(req, found_in)
     if compact_due:
         _compact(req)
     if req.app.metrics is not None:
