@@ -293,16 +293,16 @@ def _in_read(req: Request, work):
     the usage the solver saw), begun again while the provider mirror is
     ahead of it (:class:`MirrorAhead`: another thread moved the mirror on
     since this transaction began, and one begun now is served from it);
-    the last of :data:`AHEAD_RETRIES` + 1 tries is told not to use the
+    after :data:`AHEAD_RETRIES` tries, the last is told not to use the
     mirror (``mirrored`` false) and reads the database."""
-    for attempt in range(AHEAD_RETRIES + 1):
+    for _ in range(AHEAD_RETRIES):
         try:
             with req.app.db.read() as conn:
-                return work(conn, attempt < AHEAD_RETRIES)
+                return work(conn, True)
         except MirrorAhead:
-            if attempt == AHEAD_RETRIES:
-                raise
-    raise AssertionError("unreachable")
+            continue
+    with req.app.db.read() as conn:
+        return work(conn, False)
 
 
 def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:

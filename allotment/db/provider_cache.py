@@ -8,7 +8,6 @@ provider mirror.  Nothing here is a module global.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 
 import sqlalchemy as sa
@@ -92,11 +91,7 @@ class GenerationCache:
         if missing:
             read: dict[int, list] = {}
             seen: dict[int, tuple[str, int]] = {}
-            ids = list(missing)
-            step = raw_rows.IDS_PER_STATEMENT
-            for row in itertools.chain.from_iterable(
-                    raw_rows.rows(conn, statement, {"ids": ids[start:start + step]})
-                    for start in range(0, len(ids), step)):
+            for row in raw_rows.rows_of_ids(conn, statement, list(missing)):
                 pid = row[0]
                 items = read.get(pid)
                 if items is None:

@@ -218,7 +218,6 @@ class MirrorAhead(Exception):
 
     def __init__(self, mirror: int, number: int):
         super().__init__(f"the mirror is at change {mirror}, the transaction at {number}")
-        self.mirror, self.number = mirror, number
 
 
 class ProviderMirror:

@@ -38,6 +38,7 @@ committed only what followed the error.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -55,8 +56,8 @@ _PG_IDLE = 0
 #: list lengths); meant for statements built once per process (or per
 #: query shape), not per call.
 MAX_ENTRIES = 4096
-#: Ids a caller puts in one list parameter at most (a list is padded to
-#: the next power of two): SQLite takes 32,766 parameters a statement.
+#: Ids :func:`rows_of_ids` puts in one statement at most (a list is padded
+#: to the next power of two): SQLite takes 32,766 parameters a statement.
 IDS_PER_STATEMENT = 8192
 
 
@@ -166,6 +167,14 @@ def _plan_of(dialect, statement: sa.Executable, params: dict, lists: tuple) -> _
             _PLANS.clear()
         plan = _PLANS[key] = _plan(dialect, statement, params, key)
     return plan
+
+
+def rows_of_ids(conn: Connection, statement: sa.Executable, ids: list) -> Iterator:
+    """The rows of ``statement`` for ``ids`` (its list parameter ``ids``),
+    :data:`IDS_PER_STATEMENT` ids a statement: for statements whose rows
+    each come from one id (no order or total across them)."""
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        yield from rows(conn, statement, {"ids": ids[start:start + IDS_PER_STATEMENT]})
 
 
 def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:

@@ -311,16 +311,11 @@ class TreeMemo:
             if gone:
                 self.held[0] -= sum(size for _, size in gone.values())
         new.entries, new.held, new.limit, new.trees = self.entries.successor(roots), self.held, self.limit, self.trees
-        new.order, new.empty_runs = self.order, dict(self.empty_runs)
-        new.places = places = self.places
-        if new.empty_runs:
-            if places is None:  # not known where the trees are: none is passed over
-                new.empty_runs = {}
-            else:
-                for root in roots:
-                    place = places.get(root)
-                    if place is not None:
-                        new.empty_runs.pop(place // RUN, None)
+        new.order, new.places = self.order, self.places
+        new.empty_runs = {}
+        if self.empty_runs and self.places is not None:  # else not known where the trees are: none is passed over
+            gone = {self.places[root] // RUN for root in roots if root in self.places}
+            new.empty_runs = {run: keys for run, keys in self.empty_runs.items() if run not in gone}
         return new
 
 
