@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import tables
+from allotment.db import raw_rows, tables
 from allotment.db.engine import utcnow
 from allotment.db.generations import bump_provider
 from allotment.domain import resource_providers as providers
@@ -33,6 +33,8 @@ RP_AGG = tables.resource_provider_aggregates
 
 #: Re-runs of a write that lost the race to create an aggregate row.
 RACE_RETRIES = 10
+#: The (uuid, id) of the aggregates of the list ``uuids`` that exist.
+_AGGREGATE_IDS = sa.select(AGG.c.uuid, AGG.c.id).where(AGG.c.uuid.in_(sa.bindparam("uuids", expanding=True)))
 
 
 class AggregateRace(Exception):
@@ -53,8 +55,8 @@ def _ensure_aggregates(conn: Connection, uuids: set[str]) -> dict[str, int]:
     """{uuid: id} for ``uuids``, creating the rows that do not exist yet."""
     if not uuids:
         return {}
-    query = sa.select(AGG.c.uuid, AGG.c.id).where(AGG.c.uuid.in_(sorted(uuids)))
-    found = dict(conn.execute(query).all())
+    wanted = {"uuids": sorted(uuids)}
+    found = dict(raw_rows.rows_in_parts(conn, _AGGREGATE_IDS, wanted))
     missing = sorted(uuids - found.keys())
     if missing:
         now = utcnow()
@@ -62,7 +64,7 @@ def _ensure_aggregates(conn: Connection, uuids: set[str]) -> dict[str, int]:
             conn.execute(sa.insert(AGG), [{"uuid": uuid, "created_at": now} for uuid in missing])
         except sa.exc.IntegrityError:
             raise AggregateRace() from None
-        found = dict(conn.execute(query).all())
+        found = dict(raw_rows.rows_in_parts(conn, _AGGREGATE_IDS, wanted))
     return found
 
 
@@ -85,8 +87,11 @@ def set_provider_aggregates(conn: Connection, provider: providers.ProviderRecord
         sa.select(RP_AGG.c.aggregate_id).where(RP_AGG.c.resource_provider_id == provider.id)).scalars())
     removed = current - set(wanted.values())
     if removed:
-        conn.execute(sa.delete(RP_AGG).where(RP_AGG.c.resource_provider_id == provider.id,
-                                             RP_AGG.c.aggregate_id.in_(sorted(removed))))
+        removed_ids = sorted(removed)
+        for start in range(0, len(removed_ids), raw_rows.IDS_PER_STATEMENT):
+            conn.execute(sa.delete(RP_AGG).where(
+                RP_AGG.c.resource_provider_id == provider.id,
+                RP_AGG.c.aggregate_id.in_(removed_ids[start:start + raw_rows.IDS_PER_STATEMENT])))
     added = [wanted[uuid] for uuid in dict.fromkeys(uuids) if wanted[uuid] not in current]
     if added:
         now = utcnow()

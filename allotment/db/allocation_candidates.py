@@ -994,7 +994,7 @@ class _Trees:
         class_ids.update((pid, tuple([record[0] for record in records])) for pid, records in self.caches.records.fetch(
             self.conn, _PROVIDER_RECORDS, [(added[i][0], added[i][1], added[i][4]) for i in rest]).items())
         lacking = [pid for pid, ids in class_ids.items() if any((pid, class_id) not in usage for class_id in ids)]
-        for pid, class_id, used in raw_rows.rows_of_ids(self.conn, _PROVIDER_USAGE, lacking):
+        for pid, class_id, used in raw_rows.rows_in_parts(self.conn, _PROVIDER_USAGE, {"ids": lacking}):
             usage[(pid, class_id)] = int(used)
         no_aggregates: frozenset = frozenset()
         for i, built in kept.items():

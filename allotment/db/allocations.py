@@ -264,8 +264,8 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows},
                      found.owners)
     old_ids = [row.id for row in old_rows]
-    if old_ids:
-        conn.execute(_DELETE_ROWS, {"ids": old_ids})
+    for start in range(0, len(old_ids), raw_rows.IDS_PER_STATEMENT):
+        conn.execute(_DELETE_ROWS, {"ids": old_ids[start:start + raw_rows.IDS_PER_STATEMENT]})
     records = None
     if claims:
         now = utcnow()
@@ -577,7 +577,7 @@ def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], w
     found = _Found()
     # On the DBAPI cursor (raw_rows): SQLAlchemy's expansion of eight IN
     # lists and its result set-up cost more than the statement itself.
-    for kind, ident, text, generation, number, user_id, type_id, project, user in raw_rows.rows(
+    for kind, ident, text, generation, number, user_id, type_id, project, user in raw_rows.rows_in_parts(
             conn, _READ_FOR_WRITE, {"consumer_uuids": uuids, "row_uuids": uuids, "held_uuids": uuids,
                                     "uuids": list(wanted), "names": list(names), "projects": list(projects),
                                     "users": list(users), "types": list(types)}):
@@ -723,8 +723,9 @@ def _bare_classes(conn: Connection, claims: list[Claim], given_up: Sequence[_Old
 
 def _inventory_usage(conn: Connection, provider_ids: set[int], class_ids: set[int]) -> dict[tuple[int, int], tuple]:
     """Inventory records with the total amount allocated from each, one query."""
-    return _by_pair(raw_rows.rows(conn, _INVENTORY_USAGE, {"provider_ids": sorted(provider_ids),
-                                                           "class_ids": sorted(class_ids)}))
+    return _by_pair(raw_rows.rows_in_parts(conn, _INVENTORY_USAGE, {"provider_ids": sorted(provider_ids),
+                                                                    "class_ids": sorted(class_ids)},
+                                           split=("provider_ids",)))
 
 
 def _by_pair(rows) -> dict[tuple[int, int], tuple]:

@@ -91,7 +91,7 @@ class GenerationCache:
         if missing:
             read: dict[int, list] = {}
             seen: dict[int, tuple[str, int]] = {}
-            for row in raw_rows.rows_of_ids(conn, statement, list(missing)):
+            for row in raw_rows.rows_in_parts(conn, statement, {"ids": list(missing)}):
                 pid = row[0]
                 items = read.get(pid)
                 if items is None:

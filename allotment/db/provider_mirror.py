@@ -444,7 +444,8 @@ class ProviderMirror:
         as one range: on PostgreSQL a list of a thousand ids was planned as
         a scan of the table, 45 ms for a window of 430,000 providers'
         allocations."""
-        rows = raw_rows.rows(conn, _PROVIDERS[EVERY if ids is None else LISTED], {} if ids is None else {"ids": ids})
+        rows = (raw_rows.rows(conn, _PROVIDERS[EVERY], {}) if ids is None
+                else raw_rows.rows_in_parts(conn, _PROVIDERS[LISTED], {"ids": ids}))
         if ids is None and len(rows) > MAX_PROVIDERS:
             return None
         class_names = self._class_names

@@ -38,7 +38,6 @@ committed only what followed the error.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -56,8 +55,9 @@ _PG_IDLE = 0
 #: list lengths); meant for statements built once per process (or per
 #: query shape), not per call.
 MAX_ENTRIES = 4096
-#: Ids :func:`rows_of_ids` puts in one statement at most (a list is padded
-#: to the next power of two): SQLite takes 32,766 parameters a statement.
+#: List values :func:`rows_in_parts` puts in one statement at most (after
+#: padding): SQLite takes 32,766 parameters a statement as it is built by
+#: default (Debian's takes 250,000).
 IDS_PER_STATEMENT = 8192
 
 
@@ -101,11 +101,14 @@ _PLANS: dict[tuple, _Plan] = {}
 _COMPILED: dict[tuple, Any] = {}
 
 
+def _padded_length(n: int) -> int:
+    return n if n <= 1 or not n & (n - 1) else 1 << n.bit_length()
+
+
 def _padded(values: list) -> list:
     n = len(values)
-    if n <= 1 or not n & (n - 1):
-        return values
-    return values + [values[-1]] * ((1 << n.bit_length()) - n)
+    padded = _padded_length(n)
+    return values if padded == n else values + [values[-1]] * (padded - n)
 
 
 def _dialect_key(dialect) -> tuple:
@@ -169,12 +172,23 @@ def _plan_of(dialect, statement: sa.Executable, params: dict, lists: tuple) -> _
     return plan
 
 
-def rows_of_ids(conn: Connection, statement: sa.Executable, ids: list) -> Iterator:
-    """The rows of ``statement`` for ``ids`` (its list parameter ``ids``),
-    :data:`IDS_PER_STATEMENT` ids a statement: for statements whose rows
-    each come from one id (no order or total across them)."""
-    for start in range(0, len(ids), IDS_PER_STATEMENT):
-        yield from rows(conn, statement, {"ids": ids[start:start + IDS_PER_STATEMENT]})
+def rows_in_parts(conn: Connection, statement: sa.Executable, params: dict,
+                  split: tuple[str, ...] | None = None) -> list:
+    """The rows of ``statement`` with ``params``, the lists named in
+    ``split`` (every list when None) split over as many statements as it
+    takes for none to hold more than :data:`IDS_PER_STATEMENT` list values
+    (each part a power of two, so its padding adds none; the lists not
+    split go whole with each): for statements whose every row comes from
+    one value of one split list (no order, total or join across them)."""
+    lists = {name: value for name, value in params.items() if isinstance(value, list)}
+    if sum([_padded_length(len(value)) for value in lists.values()]) <= IDS_PER_STATEMENT:
+        return rows(conn, statement, params)
+    parted = {name: lists[name] for name in (lists if split is None else split)}
+    whole = sum([_padded_length(len(value)) for name, value in lists.items() if name not in parted])
+    part = 1 << max(0, (max(IDS_PER_STATEMENT - whole, 1) // len(parted)).bit_length() - 1)
+    return [row for start in range(0, max(len(value) for value in parted.values()), part)
+            for row in rows(conn, statement, {**params, **{name: value[start:start + part]
+                                                           for name, value in parted.items()}})]
 
 
 def rows(conn: Connection, statement: sa.Executable, params: dict) -> list:

@@ -21,7 +21,7 @@ from typing import Iterable, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import tables
+from allotment.db import raw_rows, tables
 from allotment.db.engine import utcnow
 from allotment.db.generations import bump_provider
 from allotment.domain.errors import BadRequest, ConcurrentUpdate, Conflict, NotFound
@@ -153,7 +153,11 @@ def provider_traits(conn: Connection, uuid: str) -> ProviderTraits | None:
 def _resolve(conn: Connection, names: list[str]) -> list[Trait]:
     """The traits called ``names``; 400 naming every one that does not exist."""
     wanted = list(dict.fromkeys(names))
-    found = list_traits(conn, names=wanted) if wanted else []
+    step = raw_rows.IDS_PER_STATEMENT
+    found = [trait for start in range(0, len(wanted), step)
+             for trait in list_traits(conn, names=wanted[start:start + step])]
+    if len(wanted) > step:
+        found.sort(key=lambda trait: trait.name)  # one statement's order, by name
     known = {trait.name for trait in found}
     missing = [name for name in wanted if name not in known]
     if missing:
@@ -172,8 +176,11 @@ def _replace_associations(conn: Connection, provider_id: int, trait_ids: set[int
     removed = current - trait_ids
     added = trait_ids - current
     if removed:
-        conn.execute(sa.delete(RP_TRAITS).where(RP_TRAITS.c.resource_provider_id == provider_id,
-                                                RP_TRAITS.c.trait_id.in_(removed)))
+        removed_ids = sorted(removed)
+        for start in range(0, len(removed_ids), raw_rows.IDS_PER_STATEMENT):
+            conn.execute(sa.delete(RP_TRAITS).where(
+                RP_TRAITS.c.resource_provider_id == provider_id,
+                RP_TRAITS.c.trait_id.in_(removed_ids[start:start + raw_rows.IDS_PER_STATEMENT])))
     if added:
         now = utcnow()
         conn.execute(sa.insert(RP_TRAITS), [

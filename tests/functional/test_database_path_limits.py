@@ -1,9 +1,11 @@
-"""Candidates read from the database (no provider mirror) over a cloud
-whose first trees are full: the search loads trees in rounds that double
-while trees give nothing, and no statement may hold more parameters than
-SQLite takes (32,766: a round of 100,000 hosts failed with `too many SQL
-variables`).  Here SQLite's limit and the loader's are made small, so that
-a small cloud crosses them."""
+"""Reads by long lists of ids hold no more parameters in one statement
+than SQLite takes (32,766): candidates read from the database (no provider
+mirror) over a cloud whose first trees are full, where the search loads
+trees in rounds that double while trees give nothing (a round of 100,000
+hosts failed with `too many SQL variables`), and the provider mirror's
+read of the providers changed since it was read, up to half of them.
+Here SQLite's limit and the readers' are made small, so that a small cloud
+crosses them."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import sqlalchemy as sa
 
 from allotment.api.app import Application
 from allotment.db import allocation_candidates as candidates_db
-from allotment.db import raw_rows
+from allotment.db import provider_mirror, raw_rows
 from allotment.service import database_from_config, prepare_database
 from tests.conftest import BACKEND, ApiClient, create_database, make_conf
 
@@ -37,25 +39,98 @@ def _app(url: str, **overrides) -> Application:
     return Application(conf, db)
 
 
+def _limited(app: Application, monkeypatch) -> Application:
+    """``app``, its connections taking :data:`VARIABLES` parameters a
+    statement, and the readers' lists cut to match."""
+
+    @sa.event.listens_for(app.db.engine, "connect")
+    def _small(dbapi_conn, _record):
+        dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, VARIABLES)
+
+    app.db.engine.dispose()
+    monkeypatch.setattr(raw_rows, "IDS_PER_STATEMENT", 64)
+    monkeypatch.setattr(candidates_db, "LOAD_TREES", 64)
+    monkeypatch.setattr(provider_mirror, "ID_WINDOW", 64)
+    return app
+
+
 def test_a_long_run_of_full_trees_is_read_within_the_parameter_limit(tmp_path_factory, monkeypatch):
     url, drop = create_database(tmp_path_factory, "limits")
     try:
         cloud.generate(url, cloud.Spec([("flat", 1200)], 42, full_first=0.95))
         mirrored = ApiClient(_app(url), version="1.39")
-        app = _app(url, allotment__provider_mirror=False)
-
-        @sa.event.listens_for(app.db.engine, "connect")
-        def _small(dbapi_conn, _record):
-            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, VARIABLES)
-
-        app.db.engine.dispose()
-        monkeypatch.setattr(raw_rows, "IDS_PER_STATEMENT", 64)
-        monkeypatch.setattr(candidates_db, "LOAD_TREES", 64)
-        direct = ApiClient(app, version="1.39")
+        direct = ApiClient(_limited(_app(url, allotment__provider_mirror=False), monkeypatch), version="1.39")
         for query in ("resources=VCPU:2,MEMORY_MB:4096,DISK_GB:20&limit=1",
                       "resources=VCPU:2,MEMORY_MB:4096,DISK_GB:20&limit=50"):
             expected = mirrored.get(f"/allocation_candidates?{query}").json
             assert expected["allocation_requests"]
             assert direct.get(f"/allocation_candidates?{query}").json == expected
+    finally:
+        drop()
+
+
+def test_the_mirror_reads_many_changed_providers_within_the_parameter_limit(tmp_path_factory, monkeypatch):
+    url, drop = create_database(tmp_path_factory, "mirror-limits")
+    try:
+        cloud.generate(url, cloud.Spec([("flat", 1200)], 43))
+        app = _limited(_app(url), monkeypatch)
+        api = ApiClient(app, version="1.39")
+        query = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:512&limit=2000"
+        before = api.get(query).json
+        mirror = app.state.mirror
+        assert mirror.full_reads == 1
+        # One write changes a third of the providers: more ids than a
+        # statement takes, fewer than half (read again one by one, not whole).
+        providers = sorted(before["provider_summaries"])[:400]
+        claims = {f"00000000-0000-4000-8000-{n:012d}": {
+            "allocations": {rp: {"resources": {"VCPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
+            for n, rp in enumerate(providers)}
+        assert api.post("/allocations", claims).status == 204
+        after = api.get(query).json
+        assert (mirror.full_reads, mirror.partial_reads) == (1, 1)
+        fresh = ApiClient(_app(url), version="1.39").get(query).json
+        assert after == fresh
+        used = [after["provider_summaries"][rp]["resources"]["VCPU"]["used"] for rp in providers]
+        assert used == [before["provider_summaries"][rp]["resources"]["VCPU"]["used"] + 1 for rp in providers]
+        emptied = {consumer: {**claim, "allocations": {}, "consumer_generation": 1}
+                   for consumer, claim in claims.items()}
+        assert api.post("/allocations", emptied).status == 204
+        assert api.get(query).json == before
+        assert (mirror.full_reads, mirror.partial_reads) == (1, 2)
+    finally:
+        drop()
+
+
+def test_long_lists_of_aggregates_and_traits_are_written_within_the_parameter_limit(tmp_path_factory,
+                                                                                    monkeypatch):
+    url, drop = create_database(tmp_path_factory, "body-limits")
+    try:
+        api = ApiClient(_limited(_app(url), monkeypatch), version="1.39")
+        rp = "7d2c3a6e-2f55-4b0e-9a57-0c1d2e3f4a5b"
+        assert api.post("/resource_providers", {"uuid": rp, "name": "wide"}).status == 200
+
+        def put(what: str, values: list[str]) -> dict:
+            generation = api.get(f"/resource_providers/{rp}/{what}").json["resource_provider_generation"]
+            answer = api.put(f"/resource_providers/{rp}/{what}",
+                             {what: values, "resource_provider_generation": generation})
+            assert answer.status == 200, answer.text
+            assert api.get(f"/resource_providers/{rp}/{what}").json == answer.json
+            return answer.json
+
+        first = [f"00000000-0000-4000-8000-{n:012d}" for n in range(300)]
+        second = first[150:] + [f"00000000-0000-4000-9000-{n:012d}" for n in range(300)]
+        assert sorted(put("aggregates", first)["aggregates"]) == first
+        assert sorted(put("aggregates", second)["aggregates"]) == sorted(second)
+        names = [f"CUSTOM_WIDE_{n:04d}" for n in range(300)]
+        for name in names:
+            assert api.put(f"/traits/{name}").status == 201
+        assert put("traits", names[::-1])["traits"] == names
+        assert put("traits", names[:10])["traits"] == names[:10]
+        unknown = api.put(f"/resource_providers/{rp}/traits", {
+            "traits": names + ["CUSTOM_NOT_THERE"],
+            "resource_provider_generation": api.get(f"/resource_providers/{rp}/traits").json[
+                "resource_provider_generation"]})
+        assert unknown.status == 400 and "CUSTOM_NOT_THERE" in unknown.text
     finally:
         drop()
