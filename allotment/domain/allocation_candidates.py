@@ -66,7 +66,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 
 from allotment.domain import inventory_fit as cap
-from allotment.domain.provider_tree import RUN, KeptResults, Provider, ProviderSnapshot, TreeMemo
+from allotment.domain.provider_tree import RUN, KeptResults, Provider, ProviderSnapshot, RunCapacity, TreeMemo
 from allotment.domain.request_groups import (
     AllocationCandidatesRequest, RequestGroup)
 
@@ -469,6 +469,14 @@ class Plan:
             slot.suffix for slot in self.slots))
         self._lone_isolation_fails = self.isolate and sum(
             1 for slot in self.slots if slot.single) > 1
+        # What one provider (of the anchor's tree or lent to it) must take
+        # at least, per class: a tree or run of trees that cannot is passed
+        # over (see RunCapacity).  Not with rules relaxed (explain's).
+        needs: dict[str, int] = {}
+        for slot in self.slots:
+            for rc, amount in slot.amounts:
+                needs[rc] = max(needs.get(rc, 0), amount)
+        self._needs = () if relaxed else tuple(needs.items())
 
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
@@ -700,7 +708,10 @@ class Plan:
         other tree, and one whose trees are every root of the snapshot in
         order (see :meth:`anchor_roots`) a lookup per run of
         :data:`~allotment.domain.provider_tree.RUN` trees that all give
-        nothing (a cloud whose first trees are full).
+        nothing (a cloud whose first trees are full).  A run or tree whose
+        providers cannot take an amount asked of one provider
+        (:class:`~allotment.domain.provider_tree.RunCapacity`) is known to
+        give nothing without a search, from the first asking.
 
         Not kept: a tree holding a sharing provider, more than
         :data:`MEMO_PER_TREE` candidates, and candidates searched while a
@@ -720,6 +731,10 @@ class Plan:
             if found is not None and key in found:
                 continue
             trees = order[start:start + RUN]
+            needs = self._needs
+            if needs and memo.capacity_of(start // RUN, trees, self.snapshot, self.lenders).short_of(needs):
+                memo.nothing_in(runs, start // RUN, key, self.snapshot)
+                continue
             if root_traits:
                 trees = [root for root in trees if root_traits.matches(get(root).traits)]
             nothing = [True]
@@ -734,6 +749,7 @@ class Plan:
         for all it gives)."""
         remembering = self._remembering
         sharing = self.snapshot.roots_with_sharing() if self.lending else ()
+        needs, snapshot, lenders = self._needs, self.snapshot, self.lenders
         for root in roots:
             if sharing and root in sharing:
                 if nothing:
@@ -750,6 +766,9 @@ class Plan:
                         kept_runs.append(kept[0])
                         yield kept[0]
                     continue
+            if needs and RunCapacity.of((root,), snapshot, lenders).short_of(needs):
+                memo.put(root, key, (), 1)  # as a search that found nothing keeps it
+                continue
             yield remembering(memo, key, root, kept_runs)
             if nothing and nothing[0]:
                 per_key = memo.entries.get(root)

@@ -1815,3 +1815,52 @@ def test_kept_runs_give_what_a_search_afresh_gives(limit):
         cloud.use(name, "VCPU", -used if used else rng.randint(1, 4))
         changed = next(prov for prov in cloud.snapshot() if prov.name == name)
         snapshot, kept = _changed(snapshot, kept, changed)
+
+
+def test_a_first_query_passes_over_runs_that_cannot_hold_it_without_searching_them(monkeypatch):
+    """Runs of trees whose providers cannot take the amounts asked (full
+    ones) are passed over on the query's first asking, whatever amounts
+    it asks: no tree of them is searched."""
+    cloud = _filled_cloud(3 * RUN, RUN)
+    cloud.use("h1", "VCPU", -2)  # a run with room for VCPU:1 and VCPU:2, not for VCPU:3
+    snapshot, kept = cloud.snapshot(), KeptResults(100_000)
+    searched: list[int] = []
+    candidates_at = ac.Plan.candidates_at
+    monkeypatch.setattr(ac.Plan, "candidates_at", lambda plan, root: searched.append(root) or candidates_at(plan, root))
+    h1 = next(prov.id for prov in snapshot if prov.name == "h1")
+    for amount, first in ((1, "h1"), (2, "h1"), (3, f"h{3 * RUN}")):
+        searched.clear()
+        result = solve(snapshot, f"resources=VCPU:{amount}&limit=1", kept=kept)
+        assert [a for a, _ in named(snapshot, result)] == [{first: {"VCPU": amount}}]
+        assert searched == ([h1] if first == "h1" else [snapshot.root_ids[3 * RUN]])
+
+
+@pytest.mark.parametrize("limit", [100_000, 150])
+def test_runs_passed_over_by_capacity_give_what_a_search_afresh_gives(limit):
+    """Nested trees filled and freed at random, some lent disk by a sharing
+    provider that fills and frees too: the runs and trees passed over for
+    their capacity never hide a candidate a search afresh finds."""
+    rng = random.Random(11)
+    hosts = 4 * RUN
+    cloud = Trees()
+    cloud.add("nfs", aggs=(AGG_A,), traits=(SHARING_TRAIT,), inv={"DISK_GB": 100}, used={"DISK_GB": 90})
+    for i in range(hosts):
+        full = rng.random() < 0.995
+        cloud.add(f"h{i}", aggs=(AGG_A,) if i % 3 == 0 else (), inv={"MEMORY_MB": 4096, "DISK_GB": 40},
+                  used={"MEMORY_MB": 4096} if full else None)
+        cloud.add(f"h{i}-numa", f"h{i}", inv={"VCPU": 4}, used={"VCPU": 4} if full else None)
+    snapshot, kept = cloud.snapshot(), KeptResults(limit)
+    queries = ["resources=VCPU:1,MEMORY_MB:1024&limit=3", "resources=VCPU:4,DISK_GB:50&limit=2",
+               "resources=DISK_GB:60", "resources1=VCPU:2&resources2=MEMORY_MB:2048&group_policy=none&limit=4"]
+    for _ in range(50):
+        for query in queries:
+            assert allocs(snapshot, solve(snapshot, query, kept=kept)) == allocs(snapshot, solve(snapshot, query))
+        host = f"h{rng.randrange(hosts)}"
+        names = ["nfs"] if rng.random() < 0.1 else [host, f"{host}-numa"]
+        for name in names:  # a host filled or freed whole, or the lender
+            for rc, total in cloud._rows[name]["inv"].items():
+                used = cloud._rows[name]["used"].get(rc, 0)
+                cloud.use(name, rc, -used if used else rng.randint(1, total))
+        changed = [prov for prov in cloud.snapshot() if prov.name in names]
+        snapshot, change = snapshot.successor(changed, {prov.id for prov in changed})
+        kept = kept.after(change)
