@@ -387,11 +387,18 @@ class RunCapacity:
            lenders: Mapping[int, Sequence[int]]) -> RunCapacity:
         most: dict[str, int] = {}
         lent: set[str] = set()
-        get = snapshot.get
+        get, tree = snapshot.get, snapshot.tree
+        # Providers alike share one inventories mapping (the mirror keeps
+        # equal ones once): each is looked at once a run.
+        seen: dict[int, Mapping] = {}
         for root in trees:
-            for pid in snapshot.tree(root):
-                for rc, inv in get(pid).inventories.items():
-                    limit = inv.combined_limit
+            for pid in tree(root):
+                inventories = get(pid).inventories
+                if id(inventories) in seen:
+                    continue
+                seen[id(inventories)] = inventories
+                for rc, inv in inventories.items():
+                    limit = inv.free if inv.free < inv.max_unit else inv.max_unit
                     if limit > most.get(rc, 0):
                         most[rc] = limit
             for pid in lenders.get(root, ()):
