@@ -565,7 +565,8 @@ class _Found:
 
 def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], wanted: Sequence[str],
                     names: Sequence[str], incomplete_owner: tuple[str, str]) -> _Found:
-    """The reads of ``write_allocations``, in one query."""
+    """The reads of ``write_allocations``, in one query (one a part of
+    lists too long for one statement: ``raw_rows.rows_in_parts``)."""
     uuids = [r.consumer_uuid for r in requests]
     projects, users, types = set(), set(), set()
     for r in requests:
@@ -722,7 +723,8 @@ def _bare_classes(conn: Connection, claims: list[Claim], given_up: Sequence[_Old
 
 
 def _inventory_usage(conn: Connection, provider_ids: set[int], class_ids: set[int]) -> dict[tuple[int, int], tuple]:
-    """Inventory records with the total amount allocated from each, one query."""
+    """Inventory records with the total amount allocated from each, one query
+    (one a part of a list of providers too long for one statement)."""
     return _by_pair(raw_rows.rows_in_parts(conn, _INVENTORY_USAGE, {"provider_ids": sorted(provider_ids),
                                                                     "class_ids": sorted(class_ids)},
                                            split=("provider_ids",)))
