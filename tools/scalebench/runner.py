@@ -89,7 +89,10 @@ PRESETS = {"ours": OURS, "ours-computed": COMPUTED,
 PG_DEFAULT = "postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
 HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39",
            "accept": "application/json", "content-type": "application/json"}
-SCENARIOS = ("first-read", "reads", "stream", "claims", "statements")
+SCENARIOS = ("first-read", "shapes", "reads", "stream", "claims", "statements")
+#: The flavors of the ``shapes`` scenario: (VCPU, MEMORY_MB, DISK_GB).
+FLAVORS = [(vcpu, memory, disk) for disk in (20, 10, 40) for vcpu in (1, 2, 4, 8)
+           for memory in (2048, 4096, 1024, 8192, 16384)]
 
 SIMPLE = "resources=VCPU:2,MEMORY_MB:4096,DISK_GB:20"
 #: The bench's queries, per shape: (name, query without limit).
@@ -537,6 +540,51 @@ def first_read(servers: list[Server], summary: dict, args) -> dict:
         log(f"{server.label} first answers (ms): {times}")
         for line in lines:
             log(f"{server.label}   {line.strip()[-160:]}")
+    return result
+
+
+def many_shapes(servers: list[Server], sampler: Sampler, args) -> dict:
+    """Many query shapes (flavors, ``limit=1000``) asked once each, then each
+    again, on one connection a server (so of one worker), the servers taking
+    turns request by request: what a scheduler's first asking of each of its
+    flavors costs, against asking it again."""
+    paths = [f"/allocation_candidates?resources=VCPU:{vcpu},MEMORY_MB:{memory},DISK_GB:{disk}&limit=1000"
+             for vcpu, memory, disk in FLAVORS[:args.shapes]]
+    clients = {s.label: Client(s.port, args.query_timeout) for s in servers}
+    result: dict = {s.label: {} for s in servers}
+    for phase in ("first", "again"):
+        times: dict[str, list[float]] = {s.label: [] for s in servers}
+        cpu = {s.label: [0.0, 0.0] for s in servers}
+        failed: dict[str, list] = {s.label: [] for s in servers}
+        for path in paths:
+            for server in servers:
+                token = sampler.begin(server.label)
+                status, _, seconds = clients[server.label].request("GET", path)
+                server_cpu, db_cpu = sampler.end(token)
+                cpu[server.label][0] += server_cpu
+                cpu[server.label][1] += db_cpu or 0.0
+                if status == 200:
+                    times[server.label].append(seconds)
+                else:
+                    failed[server.label].append(str(status))
+        for server in servers:
+            label, got = server.label, times[server.label]
+            res = result[label][phase] = {
+                "p50_ms": _ms(percentile(got, 50)), "p95_ms": _ms(percentile(got, 95)),
+                "max_ms": _ms(max(got)) if got else None, "requests": len(paths),
+                "server_cpu_ms": round(cpu[label][0] * 1000 / len(paths), 2),
+                "db_cpu_ms": round(cpu[label][1] * 1000 / len(paths), 2) if server.db_name else None,
+                "errors": failed[label]}
+            db = f"+{res['db_cpu_ms']}" if res["db_cpu_ms"] is not None else ""
+            log(f"{label} shapes, {phase} asking of {len(paths)}: p50 {res['p50_ms']} p95 {res['p95_ms']} "
+                f"max {res['max_ms']} ms, cpu {res['server_cpu_ms']}{db} ms/req, errors {failed[label]}")
+        if len(servers) == 2:
+            a, b = (result[s.label][phase] for s in servers)
+            if a["p50_ms"] and b["p50_ms"]:
+                log(f"shapes, {phase} asking: B/A p50 {b['p50_ms'] / a['p50_ms']:.2f}x, "
+                    f"server CPU {b['server_cpu_ms'] / max(a['server_cpu_ms'], 0.01):.2f}x")
+    for client in clients.values():
+        client.close()
     return result
 
 
@@ -1121,6 +1169,8 @@ def parse_args(argv):
     p.add_argument("--query-timeout", type=float, default=120.0)
     p.add_argument("--limited-only", action="store_true", help="reads: only the limit=1000 queries")
     p.add_argument("--first-reads", type=int, default=6, help="first-read: answers on new connections")
+    p.add_argument("--shapes", type=int, default=len(FLAVORS),
+                   help=f"shapes: how many flavors to ask of (at most {len(FLAVORS)})")
     p.add_argument("--readers", type=int, default=2)
     p.add_argument("--writers", type=int, default=4)
     p.add_argument("--claim-rate", type=float, default=0.0,
@@ -1181,6 +1231,9 @@ def main(argv=None) -> int:
                 log(f"{server.label} answered after {seconds:.1f} s; RSS {server.rss()}")
             if "first-read" in args.scenario:
                 report["first_read"] = first_read(servers, summary, args)
+            if "shapes" in args.scenario:
+                yardstick(report, "shapes")
+                report["shapes"] = many_shapes(servers, sampler, args)
             if "reads" in args.scenario:
                 yardstick(report, "reads")
                 report["reads"] = reads(servers, summary, sampler, args)
