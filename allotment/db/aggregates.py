@@ -87,11 +87,9 @@ def set_provider_aggregates(conn: Connection, provider: providers.ProviderRecord
         sa.select(RP_AGG.c.aggregate_id).where(RP_AGG.c.resource_provider_id == provider.id)).scalars())
     removed = current - set(wanted.values())
     if removed:
-        removed_ids = sorted(removed)
-        for start in range(0, len(removed_ids), raw_rows.IDS_PER_STATEMENT):
-            conn.execute(sa.delete(RP_AGG).where(
-                RP_AGG.c.resource_provider_id == provider.id,
-                RP_AGG.c.aggregate_id.in_(removed_ids[start:start + raw_rows.IDS_PER_STATEMENT])))
+        for part in raw_rows.parts(sorted(removed)):
+            conn.execute(sa.delete(RP_AGG).where(RP_AGG.c.resource_provider_id == provider.id,
+                                                 RP_AGG.c.aggregate_id.in_(part)))
     added = [wanted[uuid] for uuid in dict.fromkeys(uuids) if wanted[uuid] not in current]
     if added:
         now = utcnow()

@@ -264,8 +264,8 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows},
                      found.owners)
     old_ids = [row.id for row in old_rows]
-    for start in range(0, len(old_ids), raw_rows.IDS_PER_STATEMENT):
-        conn.execute(_DELETE_ROWS, {"ids": old_ids[start:start + raw_rows.IDS_PER_STATEMENT]})
+    for part in raw_rows.parts(old_ids):
+        conn.execute(_DELETE_ROWS, {"ids": part})
     records = None
     if claims:
         now = utcnow()

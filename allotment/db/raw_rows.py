@@ -38,6 +38,7 @@ committed only what followed the error.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -170,6 +171,13 @@ def _plan_of(dialect, statement: sa.Executable, params: dict, lists: tuple) -> _
             _PLANS.clear()
         plan = _PLANS[key] = _plan(dialect, statement, params, key)
     return plan
+
+
+def parts(values: list) -> Iterator[list]:
+    """``values`` in slices of :data:`IDS_PER_STATEMENT`, for statements
+    (writes among them) that take one list."""
+    for start in range(0, len(values), IDS_PER_STATEMENT):
+        yield values[start:start + IDS_PER_STATEMENT]
 
 
 def rows_in_parts(conn: Connection, statement: sa.Executable, params: dict,

@@ -153,10 +153,8 @@ def provider_traits(conn: Connection, uuid: str) -> ProviderTraits | None:
 def _resolve(conn: Connection, names: list[str]) -> list[Trait]:
     """The traits called ``names``; 400 naming every one that does not exist."""
     wanted = list(dict.fromkeys(names))
-    step = raw_rows.IDS_PER_STATEMENT
-    found = [trait for start in range(0, len(wanted), step)
-             for trait in list_traits(conn, names=wanted[start:start + step])]
-    if len(wanted) > step:
+    found = [trait for part in raw_rows.parts(wanted) for trait in list_traits(conn, names=part)]
+    if len(wanted) > raw_rows.IDS_PER_STATEMENT:
         found.sort(key=lambda trait: trait.name)  # one statement's order, by name
     known = {trait.name for trait in found}
     missing = [name for name in wanted if name not in known]
@@ -176,11 +174,9 @@ def _replace_associations(conn: Connection, provider_id: int, trait_ids: set[int
     removed = current - trait_ids
     added = trait_ids - current
     if removed:
-        removed_ids = sorted(removed)
-        for start in range(0, len(removed_ids), raw_rows.IDS_PER_STATEMENT):
-            conn.execute(sa.delete(RP_TRAITS).where(
-                RP_TRAITS.c.resource_provider_id == provider_id,
-                RP_TRAITS.c.trait_id.in_(removed_ids[start:start + raw_rows.IDS_PER_STATEMENT])))
+        for part in raw_rows.parts(sorted(removed)):
+            conn.execute(sa.delete(RP_TRAITS).where(RP_TRAITS.c.resource_provider_id == provider_id,
+                                                    RP_TRAITS.c.trait_id.in_(part)))
     if added:
         now = utcnow()
         conn.execute(sa.insert(RP_TRAITS), [

@@ -456,27 +456,25 @@ class Plan:
                              and TRAITS_TOGETHER not in relaxed)
         self.slot_count = len(self.slots)
         # For trees of one provider (see _lone): what every slot together
-        # puts on it, and the classes asked for by more than one slot.
+        # puts on it, and the classes asked for by more than one slot.  And
+        # what one provider (of the anchor's tree or lent to it) must take
+        # at least, per class: a tree or run of trees that cannot is passed
+        # over (see RunCapacity).  Not with rules relaxed (explain's).
         self._lone_amounts: dict[str, int] = {}
         asked: dict[str, int] = {}
+        needs: dict[str, int] = {}
         for slot in self.slots:
             for rc, amount in slot.amounts:
                 self._lone_amounts[rc] = self._lone_amounts.get(rc, 0) + amount
                 asked[rc] = asked.get(rc, 0) + 1
+                needs[rc] = max(needs.get(rc, 0), amount)
+        self._needs = () if relaxed else tuple(needs.items())
         self._lone_shared = [rc for rc, count in asked.items()
                              if count > 1 and self.combined]
         self._lone_suffixes = list(dict.fromkeys(
             slot.suffix for slot in self.slots))
         self._lone_isolation_fails = self.isolate and sum(
             1 for slot in self.slots if slot.single) > 1
-        # What one provider (of the anchor's tree or lent to it) must take
-        # at least, per class: a tree or run of trees that cannot is passed
-        # over (see RunCapacity).  Not with rules relaxed (explain's).
-        needs: dict[str, int] = {}
-        for slot in self.slots:
-            for rc, amount in slot.amounts:
-                needs[rc] = max(needs.get(rc, 0), amount)
-        self._needs = () if relaxed else tuple(needs.items())
 
     @classmethod
     def build(cls, request: AllocationCandidatesRequest,
@@ -725,13 +723,13 @@ class Plan:
             return
         root_traits = self.request.root_traits
         get = self.snapshot.get
+        needs = self._needs
         for start in range(0, len(order), RUN):
             runs = memo.runs_of(self.snapshot)
             found = runs.get(start // RUN)
             if found is not None and key in found:
                 continue
             trees = order[start:start + RUN]
-            needs = self._needs
             if needs and memo.capacity_of(start // RUN, trees, self.snapshot, self.lenders).short_of(needs):
                 memo.nothing_in(runs, start // RUN, key, self.snapshot)
                 continue

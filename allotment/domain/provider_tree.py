@@ -309,8 +309,7 @@ class TreeMemo:
         known = self.capacities.get(run)
         if known is None or (known.changed and known.merges >= MERGES):
             known = self.capacities[run] = RunCapacity.of(trees, snapshot, lenders)
-            if self.places is None and self.order is snapshot.root_ids:
-                self.places = snapshot.root_places()
+            self._place(snapshot)
         elif known.changed:
             known = self.capacities[run] = known.merged(
                 RunCapacity.of([root for root in known.changed if root in snapshot], snapshot, lenders))
@@ -320,6 +319,12 @@ class TreeMemo:
         """Note that every tree of ``run`` gives nothing for ``key``, in
         ``runs`` (as :meth:`runs_of` gave them for ``snapshot``)."""
         runs[run] = runs.get(run, frozenset()) | {key}
+        self._place(snapshot)
+
+    def _place(self, snapshot: ProviderSnapshot) -> None:
+        """Know where each root of ``snapshot`` stands in the runs (once
+        something is kept of a run: :meth:`without` finds a changed tree's
+        run by it)."""
         if self.places is None and self.order is snapshot.root_ids:
             self.places = snapshot.root_places()
 
@@ -389,14 +394,15 @@ class RunCapacity:
         lent: set[str] = set()
         get, tree = snapshot.get, snapshot.tree
         # Providers alike share one inventories mapping (the mirror keeps
-        # equal ones once): each is looked at once a run.
-        seen: dict[int, Mapping] = {}
+        # equal ones once): each is looked at once a run.  (By id: every
+        # mapping stays alive in the snapshot meanwhile.)
+        seen: set[int] = set()
         for root in trees:
             for pid in tree(root):
                 inventories = get(pid).inventories
                 if id(inventories) in seen:
                     continue
-                seen[id(inventories)] = inventories
+                seen.add(id(inventories))
                 for rc, inv in inventories.items():
                     limit = inv.free if inv.free < inv.max_unit else inv.max_unit
                     if limit > most.get(rc, 0):
