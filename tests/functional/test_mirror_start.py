@@ -35,6 +35,9 @@ def test_the_read_holds_the_collector_off_and_freezes_what_it_read(app, api, mon
         assert service.fill_provider_mirror(app) is not None
         assert collector_on == [False] and gc.isenabled()
         assert gc.get_freeze_count() > frozen
-        assert len(app.state.mirror._state[1].snapshot) == 3
+        mirrored = app.state.mirror._state[1]
+        assert len(mirrored.snapshot) == 3
+        # What the one run of trees holds is worked out too, before the workers fork.
+        assert list(mirrored.kept.trees.capacities) == [0]
     finally:
         gc.unfreeze()

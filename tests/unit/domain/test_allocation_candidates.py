@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from allotment.domain import allocation_candidates as ac
 from allotment.domain import request_groups as rg
 from allotment.domain.provider_tree import (
-    RUN, SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot)
+    RUN, SHARING_TRAIT, KeptResults, Provider, ProviderInventory, ProviderSnapshot, RunCapacity)
 
 
 # ---------------------------------------------------------------------------
@@ -1833,6 +1833,29 @@ def test_a_first_query_passes_over_runs_that_cannot_hold_it_without_searching_th
         result = solve(snapshot, f"resources=VCPU:{amount}&limit=1", kept=kept)
         assert [a for a, _ in named(snapshot, result)] == [{first: {"VCPU": amount}}]
         assert searched == ([h1] if first == "h1" else [snapshot.root_ids[3 * RUN]])
+
+
+def test_runs_worked_out_beforehand_are_not_worked_out_by_the_first_query(monkeypatch):
+    """With every run worked out beforehand (as ``allotment serve``'s
+    master does before it forks), a first query looks at no run's
+    providers: it passes the full runs by what was worked out, and checks
+    the trees of the run with room one by one, as before."""
+    cloud = _filled_cloud(3 * RUN, RUN)
+    snapshot, kept = cloud.snapshot(), KeptResults(100_000)
+    kept.trees.work_out_every_run(snapshot)
+    assert sorted(kept.trees.capacities) == [0, 1, 2, 3]
+    worked_out: list[int] = []
+    real = RunCapacity.of.__func__
+
+    def of(cls, trees, snap, lenders):
+        trees = list(trees)
+        worked_out.append(len(trees))
+        return real(cls, trees, snap, lenders)
+
+    monkeypatch.setattr(RunCapacity, "of", classmethod(of))
+    result = solve(snapshot, "resources=VCPU:2&limit=2", kept=kept)
+    assert [a for a, _ in named(snapshot, result)] == [{f"h{i}": {"VCPU": 2}} for i in (3 * RUN, 3 * RUN + 1)]
+    assert worked_out == [1, 1]  # the two trees searched, each checked alone first
 
 
 @pytest.mark.parametrize("limit", [100_000, 150])
