@@ -729,10 +729,10 @@ class Plan:
             found = runs.get(start // RUN)
             if found is not None and key in found:
                 continue
-            trees = order[start:start + RUN]
-            if needs and memo.capacity_of(start // RUN, trees, self.snapshot, self.lenders).short_of(needs):
+            if needs and memo.capacity_of(start // RUN, self.snapshot, self.lenders).short_of(needs):
                 memo.nothing_in(runs, start // RUN, key, self.snapshot)
                 continue
+            trees = order[start:start + RUN]
             if root_traits:
                 trees = [root for root in trees if root_traits.matches(get(root).traits)]
             nothing = [True]

@@ -1842,8 +1842,10 @@ def test_runs_worked_out_beforehand_are_not_worked_out_by_the_first_query(monkey
     the trees of the run with room one by one, as before."""
     cloud = _filled_cloud(3 * RUN, RUN)
     snapshot, kept = cloud.snapshot(), KeptResults(100_000)
+    snapshot.root_ids = order = _CountedSlices(snapshot.root_ids)
     kept.trees.work_out_every_run(snapshot)
     assert sorted(kept.trees.capacities) == [0, 1, 2, 3]
+    order.slices = 0
     worked_out: list[int] = []
     real = RunCapacity.of.__func__
 
@@ -1856,6 +1858,20 @@ def test_runs_worked_out_beforehand_are_not_worked_out_by_the_first_query(monkey
     result = solve(snapshot, "resources=VCPU:2&limit=2", kept=kept)
     assert [a for a, _ in named(snapshot, result)] == [{f"h{i}": {"VCPU": 2}} for i in (3 * RUN, 3 * RUN + 1)]
     assert worked_out == [1, 1]  # the two trees searched, each checked alone first
+    # Only the run searched had its roots sliced out: in a worker, a slice
+    # writes to the pages of the root ids it holds, shared with the master.
+    assert order.slices == 1
+
+
+class _CountedSlices(tuple):
+    """A snapshot's roots, counting the slices taken of them."""
+
+    slices = 0
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            self.slices += 1
+        return super().__getitem__(index)
 
 
 @pytest.mark.parametrize("limit", [100_000, 150])
