@@ -787,7 +787,8 @@ def delete_allocations(conn: Connection, consumer_uuid: str) -> None:
             consumers.delete(conn, record)
         except ConcurrentUpdate:
             raise UnguardedConsumerConflict() from None
-    conn.execute(sa.delete(ALLOC).where(ALLOC.c.id.in_(ids)))
+    for part in raw_rows.parts(ids):
+        conn.execute(sa.delete(ALLOC).where(ALLOC.c.id.in_(part)))
 
 
 # -- reading ----------------------------------------------------------------

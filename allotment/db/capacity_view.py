@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import resource_totals, tables
+from allotment.db import raw_rows, resource_totals, tables
 from allotment.domain import inventory_fit as rules
 
 RP = tables.resource_providers
@@ -174,13 +174,23 @@ def _tree_fullness(members: list[dict]) -> float:
     return round(max((used[rc] / cap[rc] for rc in cap if cap[rc] > 0), default=0.0), 4)
 
 
+def _in_parts(conn: Connection, statement, ids: Sequence) -> list:
+    """The rows of ``statement`` (its list parameter ``ids``) for ``ids``,
+    read in parts that SQLite's parameter limit takes (a tree, or an
+    aggregate's sharing providers, may be larger)."""
+    return [row for part in raw_rows.parts(list(ids)) for row in conn.execute(statement, {"ids": part})]
+
+
+_IDS = sa.bindparam("ids", expanding=True)
+
+
 def _inventory_rows(conn: Connection, provider_ids: Sequence[int]) -> dict[int, dict[str, dict]]:
     usage = resource_totals.usage_cte()
-    rows = conn.execute(
-        sa.select(INV.c.resource_provider_id, RC.c.name, INV.c.total, INV.c.reserved, INV.c.min_unit,
-                  INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, sa.func.coalesce(usage.c.used, 0))
+    rows = _in_parts(conn, sa.select(
+        INV.c.resource_provider_id, RC.c.name, INV.c.total, INV.c.reserved, INV.c.min_unit,
+        INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, sa.func.coalesce(usage.c.used, 0))
         .select_from(resource_totals.inventories_with_usage(usage))
-        .where(INV.c.resource_provider_id.in_(provider_ids))).all()
+        .where(INV.c.resource_provider_id.in_(_IDS)), provider_ids)
     found: dict[int, dict[str, dict]] = defaultdict(dict)
     for pid, rc, total, reserved, min_unit, max_unit, step, ratio, used in rows:
         cap = rules.capacity(total, reserved, ratio)
@@ -192,20 +202,20 @@ def _inventory_rows(conn: Connection, provider_ids: Sequence[int]) -> dict[int, 
 
 def _traits_of(conn: Connection, provider_ids: Sequence[int]) -> dict[int, list[str]]:
     found: dict[int, list[str]] = defaultdict(list)
-    for pid, name in conn.execute(sa.select(RP_TRAIT.c.resource_provider_id, TRAIT.c.name)
-                                  .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
-                                  .where(RP_TRAIT.c.resource_provider_id.in_(provider_ids))
-                                  .order_by(TRAIT.c.name)):
+    for pid, name in _in_parts(conn, sa.select(RP_TRAIT.c.resource_provider_id, TRAIT.c.name)
+                               .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
+                               .where(RP_TRAIT.c.resource_provider_id.in_(_IDS))
+                               .order_by(TRAIT.c.name), provider_ids):
         found[pid].append(name)
     return found
 
 
 def _aggregates_of(conn: Connection, provider_ids: Sequence[int]) -> dict[int, list[str]]:
     found: dict[int, list[str]] = defaultdict(list)
-    for pid, uuid in conn.execute(sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
-                                  .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
-                                  .where(RP_AGG.c.resource_provider_id.in_(provider_ids))
-                                  .order_by(AGG.c.uuid)):
+    for pid, uuid in _in_parts(conn, sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
+                               .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
+                               .where(RP_AGG.c.resource_provider_id.in_(_IDS))
+                               .order_by(AGG.c.uuid), provider_ids):
         found[pid].append(uuid)
     return found
 
@@ -286,14 +296,15 @@ def _sharing(conn: Connection, pid: int, aggregates: list[str]) -> list[dict]:
     provider or its root: where its tree may borrow from."""
     if not aggregates:
         return []
-    rows = conn.execute(
-        sa.select(RP.c.id, RP.c.uuid, RP.c.name, AGG.c.uuid)
-        .join(RP_AGG, RP_AGG.c.resource_provider_id == RP.c.id)
-        .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
-        .join(RP_TRAIT, RP_TRAIT.c.resource_provider_id == RP.c.id)
-        .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
-        .where(TRAIT.c.name == SHARING_TRAIT, AGG.c.uuid.in_(aggregates), RP.c.id != pid)
-        .order_by(RP.c.name, AGG.c.uuid)).all()
+    rows = _in_parts(conn, sa.select(RP.c.id, RP.c.uuid, RP.c.name, AGG.c.uuid)
+                     .join(RP_AGG, RP_AGG.c.resource_provider_id == RP.c.id)
+                     .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
+                     .join(RP_TRAIT, RP_TRAIT.c.resource_provider_id == RP.c.id)
+                     .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
+                     .where(TRAIT.c.name == SHARING_TRAIT, AGG.c.uuid.in_(_IDS), RP.c.id != pid)
+                     .order_by(RP.c.name, AGG.c.uuid), aggregates)
+    if len(aggregates) > raw_rows.IDS_PER_STATEMENT:  # parts, each in order: in order together
+        rows.sort(key=lambda row: (row[2], row[3]))
     found: dict[int, dict] = {}
     for sid, uuid, name, agg in rows:
         found.setdefault(sid, {"uuid": uuid, "name": name, "aggregates": []})["aggregates"].append(agg)

@@ -55,7 +55,7 @@ from typing import Any, Iterable, Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import tables
+from allotment.db import raw_rows, tables
 from allotment.db.engine import utcnow
 from allotment.db.generations import bump_provider
 from allotment.domain.inventories import (
@@ -152,23 +152,22 @@ def classes_without_inventory(conn: Connection, provider_ids: Iterable[int]) -> 
 
     Class names come in class-id order, as Placement lists them.
     """
-    provider_ids = list(provider_ids)
-    if not provider_ids:
-        return {}
+    provider_ids = sorted(set(provider_ids))
     has_inventory = sa.exists().where(
         INV.c.resource_provider_id == ALLOC.c.resource_provider_id,
         INV.c.resource_class_id == ALLOC.c.resource_class_id,
     )
-    rows = conn.execute(
-        sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
-        .join(RC, RC.c.id == ALLOC.c.resource_class_id)
-        .where(ALLOC.c.resource_provider_id.in_(provider_ids), ~has_inventory)
-        .group_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
-        .order_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id)
-    )
     orphans: dict[int, list[str]] = {}
-    for provider_id, _class_id, name in rows:
-        orphans.setdefault(provider_id, []).append(name)
+    for part in raw_rows.parts(provider_ids):  # in provider order, as one statement gives them
+        rows = conn.execute(
+            sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
+            .join(RC, RC.c.id == ALLOC.c.resource_class_id)
+            .where(ALLOC.c.resource_provider_id.in_(part), ~has_inventory)
+            .group_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
+            .order_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id)
+        )
+        for provider_id, _class_id, name in rows:
+            orphans.setdefault(provider_id, []).append(name)
     return orphans
 
 

@@ -38,7 +38,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from allotment.db import tables
+from allotment.db import raw_rows, tables
 from allotment.db.engine import Database, utcnow
 from allotment.db.inventories import resource_class_ids
 from allotment.db.traits import UnknownTraits, list_traits
@@ -395,8 +395,10 @@ def update(db: Database, uuid: str, name: str, parent_uuid: str | None, *,
         _update_row(conn, provider, name, placement)
         below = subtree - {provider.id}
         if placement is not None and placement.root_id != provider.root_id and below:
-            conn.execute(sa.update(RP).where(RP.c.id.in_(sorted(below)))
-                         .values(root_provider_id=placement.root_id, updated_at=utcnow()))
+            moved = utcnow()
+            for part in raw_rows.parts(sorted(below)):
+                conn.execute(sa.update(RP).where(RP.c.id.in_(part))
+                             .values(root_provider_id=placement.root_id, updated_at=moved))
         return get(conn, uuid), provider.updated_at
 
     return _planned_write(db, plan, apply)

@@ -134,3 +134,72 @@ def test_long_lists_of_aggregates_and_traits_are_written_within_the_parameter_li
         assert unknown.status == 400 and "CUSTOM_NOT_THERE" in unknown.text
     finally:
         drop()
+
+
+def test_a_large_tree_is_read_moved_and_freed_within_the_parameter_limit(tmp_path_factory, monkeypatch):
+    """Lists as long as a tree is large, or a consumer's allocations are
+    many: the capacity view of a tree of 301 providers (and of a provider
+    in 300 aggregates, each with a sharing provider), a subtree of 300
+    providers made a tree of its own, a consumer of 300 allocations
+    deleted, and a reshape of 300 providers, each past a limit of 256
+    parameters a statement."""
+    url, drop = create_database(tmp_path_factory, "tree-limits")
+    try:
+        api = ApiClient(_limited(_app(url, allotment__ui=True), monkeypatch), version="1.39")
+        root, mid = "10000000-0000-4000-8000-000000000000", "20000000-0000-4000-8000-000000000000"
+        assert api.post("/resource_providers", {"uuid": root, "name": "root"}).status == 200
+        assert api.post("/resource_providers", {"uuid": mid, "name": "mid", "parent_provider_uuid": root}).status == 200
+        assert api.put("/traits/CUSTOM_WIDE").status == 201
+        leaves = [f"30000000-0000-4000-8000-{n:012d}" for n in range(300)]
+        aggregates = [f"40000000-0000-4000-8000-{n:012d}" for n in range(300)]
+        for n, leaf in enumerate(leaves):
+            assert api.post("/resource_providers", {"uuid": leaf, "name": f"leaf-{n:03d}",
+                                                    "parent_provider_uuid": mid}).status == 200
+            assert api.put(f"/resource_providers/{leaf}/inventories", {
+                "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}}).status == 200
+            assert api.put(f"/resource_providers/{leaf}/traits", {
+                "resource_provider_generation": 1, "traits": ["CUSTOM_WIDE"]}).status == 200
+        consumer = "50000000-0000-4000-8000-000000000000"
+        assert api.put(f"/allocations/{consumer}", {
+            "allocations": {leaf: {"resources": {"VCPU": 1}} for leaf in leaves},
+            "project_id": "p", "user_id": "u", "consumer_generation": None,
+            "consumer_type": "INSTANCE"}).status == 204
+
+        (tree,) = api.get("/allotment/capacity/trees").json["trees"]
+        assert len(tree["providers"]) == 302
+        by_uuid = {provider["uuid"]: provider for provider in tree["providers"]}
+        assert all(by_uuid[leaf]["inventories"]["VCPU"]["used"] == 1 for leaf in leaves)
+        assert all(by_uuid[leaf]["traits"] == ["CUSTOM_WIDE"] for leaf in leaves)
+
+        # The root in 300 aggregates, a sharing provider in each of them.
+        assert api.put(f"/resource_providers/{root}/aggregates", {
+            "resource_provider_generation": 0, "aggregates": aggregates}).status == 200
+        for n, aggregate in enumerate(aggregates):
+            nfs = f"60000000-0000-4000-8000-{n:012d}"
+            assert api.post("/resource_providers", {"uuid": nfs, "name": f"nfs-{n:03d}"}).status == 200
+            assert api.put(f"/resource_providers/{nfs}/aggregates", {
+                "resource_provider_generation": 0, "aggregates": [aggregate]}).status == 200
+            assert api.put(f"/resource_providers/{nfs}/traits", {
+                "resource_provider_generation": 1, "traits": ["MISC_SHARES_VIA_AGGREGATE"]}).status == 200
+        sharing = api.get(f"/allotment/capacity/providers/{root}").json["sharing_providers"]
+        assert [entry["name"] for entry in sharing] == [f"nfs-{n:03d}" for n in range(300)]
+
+        # The middle provider and its 300 leaves made a tree of their own (1.37).
+        moved = api.put(f"/resource_providers/{mid}", {"name": "mid", "parent_provider_uuid": None},
+                        headers={"OpenStack-API-Version": "placement 1.37"})
+        assert moved.status == 200, moved.text
+        in_tree = api.get(f"/resource_providers?in_tree={mid}").json["resource_providers"]
+        assert len(in_tree) == 301 and {rp["root_provider_uuid"] for rp in in_tree} == {mid}
+
+        assert api.delete(f"/allocations/{consumer}").status == 204
+        assert api.get(f"/allocations/{consumer}").json["allocations"] == {}
+
+        # A reshape of the 300 leaves' inventories (their allocations gone).
+        inventories = {leaf: {"resource_provider_generation": api.get(f"/resource_providers/{leaf}").json[
+            "generation"], "inventories": {"VCPU": {"total": 8}}} for leaf in leaves}
+        reshaped = api.post("/reshaper", {"inventories": inventories, "allocations": {}},
+                            headers={"OpenStack-API-Version": "placement 1.30", "X-Roles": "admin,service"})
+        assert reshaped.status == 204, reshaped.text
+        assert api.get(f"/resource_providers/{leaves[-1]}/inventories").json["inventories"]["VCPU"]["total"] == 8
+    finally:
+        drop()
