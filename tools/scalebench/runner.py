@@ -284,6 +284,18 @@ def _stat(pid: int) -> tuple | None:
     return int(fields[3]), int(fields[19]), int(fields[11]) + int(fields[12]), int(fields[21]) * _PAGE
 
 
+def _pss(pid: int) -> float | None:
+    """A process's proportional set size in MiB (/proc/PID/smaps_rollup), or None."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 class Server:
     """One server command on its own database copy, in its own session."""
 
@@ -389,10 +401,17 @@ class Server:
         return {pid: st for pid in pids if (st := _stat(pid)) is not None}
 
     def rss(self) -> dict:
-        """The resident memory of the server's processes, in MiB."""
-        sizes = sorted((st[3] / 2**20 for st in self.processes().values()), reverse=True)
+        """The resident memory of the server's processes, in MiB, and what
+        they hold in proportion (PSS: a page shared by n processes counts
+        1/n in each).  RSS counts the pages forked workers share with their
+        master in every process; ``pss_total`` is what they hold together."""
+        processes = self.processes()
+        sizes = sorted((st[3] / 2**20 for st in processes.values()), reverse=True)
+        pss = [size for size in map(_pss, processes) if size is not None]
         return {"largest": round(sizes[0], 1) if sizes else None, "total": round(sum(sizes), 1),
-                "processes": [round(s, 1) for s in sizes]}
+                "processes": [round(s, 1) for s in sizes],
+                "pss_total": round(sum(pss), 1) if pss else None,
+                "pss_processes": sorted((round(size, 1) for size in pss), reverse=True)}
 
 
 class Sampler:
