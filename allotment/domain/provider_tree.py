@@ -367,9 +367,15 @@ class TreeMemo:
             for root in roots:
                 if root in self.places:
                     gone.setdefault(self.places[root] // RUN, []).append(root)
-            new.empty_runs = {run: keys for run, keys in self.empty_runs.items() if run not in gone}
-            new.capacities = {run: held if run not in gone else held.after(gone[run])
-                              for run, held in self.capacities.items()}
+            # Copied whole, then the changed runs mended: a claim's successor
+            # of a cloud with every run worked out (1,563 runs at 100,000
+            # roots) took 130 us to rebuild these item by item, 10 us so.
+            new.empty_runs, new.capacities = dict(self.empty_runs), dict(self.capacities)
+            for run, changed in gone.items():
+                new.empty_runs.pop(run, None)
+                held = new.capacities.get(run)
+                if held is not None:
+                    new.capacities[run] = held.after(changed)
         return new
 
 
