@@ -174,23 +174,35 @@ def _tree_fullness(members: list[dict]) -> float:
     return round(max((used[rc] / cap[rc] for rc in cap if cap[rc] > 0), default=0.0), 4)
 
 
-def _in_parts(conn: Connection, statement, ids: Sequence) -> list:
-    """The rows of ``statement`` (its list parameter ``ids``) for ``ids``,
-    read in parts that SQLite's parameter limit takes (a tree, or an
-    aggregate's sharing providers, may be larger)."""
-    return [row for part in raw_rows.parts(list(ids)) for row in conn.execute(statement, {"ids": part})]
-
-
+# The per-provider reads of the tree and provider pages, by a list of ids
+# (or aggregate uuids) as long as a tree is large: raw_rows.rows_in_parts
+# splits it for SQLite's parameter limit.
 _IDS = sa.bindparam("ids", expanding=True)
+_USAGE = resource_totals.usage_cte()
+_INVENTORY_ROWS = (sa.select(INV.c.resource_provider_id, RC.c.name, INV.c.total, INV.c.reserved, INV.c.min_unit,
+                             INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio,
+                             sa.func.coalesce(_USAGE.c.used, 0))
+                   .select_from(resource_totals.inventories_with_usage(_USAGE))
+                   .where(INV.c.resource_provider_id.in_(_IDS)))
+_TRAIT_ROWS = (sa.select(RP_TRAIT.c.resource_provider_id, TRAIT.c.name)
+               .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
+               .where(RP_TRAIT.c.resource_provider_id.in_(_IDS))
+               .order_by(TRAIT.c.name))
+_AGGREGATE_ROWS = (sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
+                   .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
+                   .where(RP_AGG.c.resource_provider_id.in_(_IDS))
+                   .order_by(AGG.c.uuid))
+_SHARING_ROWS = (sa.select(RP.c.id, RP.c.uuid, RP.c.name, AGG.c.uuid)
+                 .join(RP_AGG, RP_AGG.c.resource_provider_id == RP.c.id)
+                 .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
+                 .join(RP_TRAIT, RP_TRAIT.c.resource_provider_id == RP.c.id)
+                 .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
+                 .where(TRAIT.c.name == SHARING_TRAIT, AGG.c.uuid.in_(_IDS), RP.c.id != sa.bindparam("pid"))
+                 .order_by(RP.c.name, AGG.c.uuid))
 
 
 def _inventory_rows(conn: Connection, provider_ids: Sequence[int]) -> dict[int, dict[str, dict]]:
-    usage = resource_totals.usage_cte()
-    rows = _in_parts(conn, sa.select(
-        INV.c.resource_provider_id, RC.c.name, INV.c.total, INV.c.reserved, INV.c.min_unit,
-        INV.c.max_unit, INV.c.step_size, INV.c.allocation_ratio, sa.func.coalesce(usage.c.used, 0))
-        .select_from(resource_totals.inventories_with_usage(usage))
-        .where(INV.c.resource_provider_id.in_(_IDS)), provider_ids)
+    rows = raw_rows.rows_in_parts(conn, _INVENTORY_ROWS, {"ids": list(provider_ids)})
     found: dict[int, dict[str, dict]] = defaultdict(dict)
     for pid, rc, total, reserved, min_unit, max_unit, step, ratio, used in rows:
         cap = rules.capacity(total, reserved, ratio)
@@ -202,20 +214,14 @@ def _inventory_rows(conn: Connection, provider_ids: Sequence[int]) -> dict[int, 
 
 def _traits_of(conn: Connection, provider_ids: Sequence[int]) -> dict[int, list[str]]:
     found: dict[int, list[str]] = defaultdict(list)
-    for pid, name in _in_parts(conn, sa.select(RP_TRAIT.c.resource_provider_id, TRAIT.c.name)
-                               .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
-                               .where(RP_TRAIT.c.resource_provider_id.in_(_IDS))
-                               .order_by(TRAIT.c.name), provider_ids):
+    for pid, name in raw_rows.rows_in_parts(conn, _TRAIT_ROWS, {"ids": list(provider_ids)}):
         found[pid].append(name)
     return found
 
 
 def _aggregates_of(conn: Connection, provider_ids: Sequence[int]) -> dict[int, list[str]]:
     found: dict[int, list[str]] = defaultdict(list)
-    for pid, uuid in _in_parts(conn, sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
-                               .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
-                               .where(RP_AGG.c.resource_provider_id.in_(_IDS))
-                               .order_by(AGG.c.uuid), provider_ids):
+    for pid, uuid in raw_rows.rows_in_parts(conn, _AGGREGATE_ROWS, {"ids": list(provider_ids)}):
         found[pid].append(uuid)
     return found
 
@@ -296,13 +302,7 @@ def _sharing(conn: Connection, pid: int, aggregates: list[str]) -> list[dict]:
     provider or its root: where its tree may borrow from."""
     if not aggregates:
         return []
-    rows = _in_parts(conn, sa.select(RP.c.id, RP.c.uuid, RP.c.name, AGG.c.uuid)
-                     .join(RP_AGG, RP_AGG.c.resource_provider_id == RP.c.id)
-                     .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id)
-                     .join(RP_TRAIT, RP_TRAIT.c.resource_provider_id == RP.c.id)
-                     .join(TRAIT, TRAIT.c.id == RP_TRAIT.c.trait_id)
-                     .where(TRAIT.c.name == SHARING_TRAIT, AGG.c.uuid.in_(_IDS), RP.c.id != pid)
-                     .order_by(RP.c.name, AGG.c.uuid), aggregates)
+    rows = raw_rows.rows_in_parts(conn, _SHARING_ROWS, {"ids": list(aggregates), "pid": pid})
     if len(aggregates) > raw_rows.IDS_PER_STATEMENT:  # parts, each in order: in order together
         rows.sort(key=lambda row: (row[2], row[3]))
     found: dict[int, dict] = {}
