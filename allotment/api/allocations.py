@@ -248,14 +248,14 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
 
     def work(conn):
         try:
-            db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
+            return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
         except db.ProviderConflict as conflict:
             contended[:] = conflict.provider_ids
             raise
 
     try:
-        req.app.db.run_write(work, retry_on=db.RETRY_ON,
-                             retries=req.app.conf.placement.allocation_conflict_retry_count)
+        written = req.app.db.run_write(work, retry_on=db.RETRY_ON,
+                                       retries=req.app.conf.placement.allocation_conflict_retry_count)
     except db.AllocationNamesUnknownProvider:
         keep_new_consumers(req, requests)
         raise
@@ -268,6 +268,10 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     except domain.ConcurrentUpdate as error:
         raise HTTPError(409, "Inventory and/or allocations changed while attempting to allocate: "
                              f"{error.message}", code=domain.CONCURRENT_UPDATE) from None
+    mirror = req.app.state.mirror
+    if written is not None and mirror is not None:
+        # Committed: the process's mirror may follow it without reading it back.
+        mirror.wrote(written)
 
 
 def keep_new_consumers(req: Request, requests: list[db.ConsumerAllocations]) -> None:

@@ -84,7 +84,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from allotment.db import consumers, generations, raw_rows, tables
+from allotment.db import changes, consumers, generations, raw_rows, tables
 from allotment.db.engine import prepared, utcnow
 from allotment.domain import inventory_fit
 from allotment.domain.errors import BadRequest, ConcurrentUpdate, Conflict, NotFound
@@ -216,7 +216,7 @@ class Claim:
 
 def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
                       incomplete_owner: tuple[str, str],
-                      lock_first: Iterable[int] = ()) -> None:
+                      lock_first: Iterable[int] = ()) -> changes.OwnWrite | None:
     """Replace the allocations of every consumer in ``requests`` (see the module doc).
 
     Each consumer uuid may appear once.  ``incomplete_owner`` is the
@@ -226,6 +226,12 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     ``provider_ids``) locks those providers before anything is read, so the
     re-run waits its turn instead of losing the swap again; it must then be
     the transaction's first write call.
+
+    Returns what the write changed where it knows all of it (SQLite, writes
+    that only add allocation rows; PostgreSQL, a new consumer's claim:
+    :class:`changes.OwnWrite`), for the process's mirror of every provider
+    once the transaction has committed, where the transaction wrote
+    nothing else; else None.
     """
     generations.lock_providers(conn, lock_first)
     found, names = _read_and_check(conn, requests, incomplete_owner)
@@ -251,14 +257,18 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         _check_claims(conn, claims, after_write=False, given_up=given_up)
 
     bumped = {claim.provider_id for claim in claims} | release_ids
+    # SQLite writes one transaction at a time: the change number before and
+    # after this one's writes tell what it changed, to a mirror of every
+    # provider, where it only adds rows (usage changes on its claims alone).
+    follow = conn.dialect.name == "sqlite" and claims and not old_rows
+    began_from = changes.read_number(conn)[0] if follow else None
     if (conn.dialect.name == "postgresql" and len(requests) == 1 and claims and not old_rows
             and len(claims) <= _INSERT_ROWS_KEPT and requests[0].consumer_uuid not in existing):
         owner = _known_owner(requests[0], incomplete_owner, found.owners)
         if owner is not None:
-            _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id)
-            return
+            return _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id)
     try:
-        generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
+        swapped = generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
         raise ProviderConflict(bumped) from None
     _write_consumers(conn, requests, existing, incomplete_owner, {row.consumer_uuid for row in old_rows},
@@ -287,8 +297,14 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
                 raw_rows.write(conn, _insert_rows(len(rows)), values)
         else:
             conn.execute(_INSERT_ROW, rows)  # one multi-row INSERT (SQLAlchemy's insertmanyvalues)
-    _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows), given_up=given_up,
-                  records=records)
+    records = _check_claims(conn, claims, after_write=True, growth=_growth(claims, old_rows), given_up=given_up,
+                            records=records)
+    if began_from is None:
+        return None
+    now_at = changes.read_number(conn)[0]
+    if now_at is None or not changes.same_history(began_from, now_at):
+        return None
+    return changes.OwnWrite(began_from, swapped, records, after=now_at)
 
 
 def check_consumers_and_providers(conn: Connection, requests: Sequence[ConsumerAllocations], *,
@@ -473,9 +489,15 @@ def _claim_statement(count: int) -> sa.Select:
         statement = _CLAIM_STATEMENTS[count] = (
             sa.select(sa.select(sa.func.count()).select_from(swapped).scalar_subquery().label("swapped"),
                       sa.select(sa.func.count()).select_from(consumer).scalar_subquery().label("consumers"),
+                      *(sa.literal_column(column) for column in changes.PG_BEGAN_FROM_COLUMNS),
                       *records.c)
             .select_from(one.outerjoin(records, sa.true())))
     return statement
+
+
+#: Where a claim statement's row has the records (after the swap's and the
+#: consumer's counts and the change number's columns).
+_CLAIM_RECORDS_AT = 2 + len(changes.PG_BEGAN_FROM_COLUMNS)
 
 
 def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str],
@@ -491,13 +513,18 @@ def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str]
 
 
 def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owner: consumers.Owner,
-                            claims: list[Claim], bumped: list[int], read: Mapping[int, int]) -> None:
+                            claims: list[Claim], bumped: list[int], read: Mapping[int, int]) -> changes.OwnWrite | None:
     """Steps 4-6 of :func:`write_allocations` for a consumer without a
     record or rows, whose owner exists (PostgreSQL): the swaps in id order,
     the last of them in one statement with the consumer's row, the
     allocation rows and the capacity check's read
     (:func:`_claim_statement`).  A flat claim is then three messages:
-    ``BEGIN`` with the first read, that statement, ``COMMIT``."""
+    ``BEGIN`` with the first read, that statement, ``COMMIT``.
+
+    What the claim changed, once committed (:class:`changes.OwnWrite`):
+    the generations it swapped and, read by that same statement, the
+    records of every (provider, class) it allocates from with its usage
+    after it; None without a change number."""
     *first, last = bumped
     try:
         generations.bump_providers(conn, [(pid, read[pid]) for pid in first])
@@ -513,8 +540,12 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
         raise consumers.RecordRace(f"consumer {request.consumer_uuid}") from None
     if rows[0][0] != 1:
         raise ProviderConflict(bumped)
-    records = _by_pair(row[2:] for row in rows if row[2] is not None)
+    records = _by_pair(row[_CLAIM_RECORDS_AT:] for row in rows if row[_CLAIM_RECORDS_AT] is not None)
     _check_claims(conn, claims, after_write=True, growth=_growth(claims, ()), records=records)
+    number = changes.pg_began_from(*rows[0][2:_CLAIM_RECORDS_AT])
+    if number is None:
+        return None
+    return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records)
 
 
 _T = tables.consumer_types
@@ -738,8 +769,9 @@ def _by_pair(rows) -> dict[tuple[int, int], tuple]:
 def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
                   growth: Mapping[tuple[int, int], int] | None = None,
                   given_up: Sequence[_OldRow] = (),
-                  records: dict[tuple[int, int], tuple] | None = None) -> None:
-    """Raise the first capacity rule the claims break, as Placement reports it.
+                  records: dict[tuple[int, int], tuple] | None = None) -> dict[tuple[int, int], tuple]:
+    """Raise the first capacity rule the claims break, as Placement reports it;
+    else return the records checked (read here unless given).
 
     ``after_write``: usage already includes the claims.  Otherwise (the
     oversized-amount guard, before writing) only presence and unit rules
@@ -751,7 +783,7 @@ def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
     :func:`_inventory_usage` would read, read already.
     """
     if not claims:
-        return
+        return {}
     if records is None:
         records = _inventory_usage(conn, {c.provider_id for c in claims}, {c.class_id for c in claims})
     with_inventory = {pid for pid, _ in records}
@@ -767,6 +799,7 @@ def _check_claims(conn: Connection, claims: list[Claim], *, after_write: bool,
         if (after_write and int(record.used) > inventory_fit.inventory_capacity(record)
                 and (growth is None or growth.get((claim.provider_id, claim.class_id), 0) > 0)):
             raise CapacityExceeded(claim.class_name, claim.provider_uuid)
+    return records
 
 
 def delete_allocations(conn: Connection, consumer_uuid: str) -> None:

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from typing import Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -481,6 +482,55 @@ def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, s
     finally:
         cursor.close()
     return pg_notes_in(row, since)
+
+
+#: PostgreSQL: columns a write statement adds to tell the change number it
+#: began from, its own transaction not counted (the log holds the writing
+#: transaction's id from its first tracked statement on, and the later
+#: statements see it): the count, then the identity's parts.
+PG_BEGAN_FROM_COLUMNS = (
+    f"(SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG} WHERE txid <> txid_current())",
+    f"(SELECT n FROM {COUNTER} WHERE id = {_TOKEN_ROW})",
+    f"(SELECT tableoid::bigint FROM {COUNTER} WHERE id = 1)",
+    "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint")
+
+
+def pg_began_from(count, token, oid, started) -> int | None:
+    """The change number of :data:`PG_BEGAN_FROM_COLUMNS`' values (None
+    where the counter table lacks its token)."""
+    return _with_token(count, _pg_identity(token, oid, started))
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnWrite:
+    """A write this process committed, whose whole effect on the providers
+    it knows: what a mirror needs to follow it without reading them again.
+
+    ``number``: the change number the write began from.  On PostgreSQL,
+    what the write's last statement saw, without the write
+    (:func:`pg_began_from`): the write commits after that statement began,
+    so it is at least the ``number + 1``-th commit, and a read that then
+    finds the number at ``number + 1`` knows it to be exactly that
+    (see :meth:`allotment.db.provider_mirror.ProviderMirror.wrote`).  On
+    SQLite, which runs one write transaction at a time, the number read in
+    the write's transaction before it wrote.  ``after``: the number the
+    write left (PostgreSQL: ``number + 1``; SQLite: read after its writes,
+    since each row written counts).
+    ``generations``: provider id -> the generation the write gave it.
+    ``records``: (provider id, class id) -> the inventory record as that
+    statement read it with the write's own usage added (provider id, class
+    id, total, reserved, min_unit, max_unit, step_size, allocation_ratio,
+    used), for every (provider, class) whose usage it changed.  Nothing
+    else of a provider changed."""
+
+    number: int
+    generations: Mapping[int, int]
+    records: Mapping[tuple[int, int], tuple]
+    after: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.after is None:
+            object.__setattr__(self, "after", self.number + 1)
 
 
 _CHANGED = (sa.select(sa.column("provider_id")).select_from(sa.table(PROVIDER_CHANGES))

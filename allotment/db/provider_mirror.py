@@ -26,6 +26,11 @@ by reading again only the providers noted since:
 * a change to a table of names (a class renamed, a trait deleted), a
   counter table made again, or more than half of the providers noted,
   reads everything again;
+* a write of this process that knows all it changed (a new consumer's
+  claim: :class:`allotment.db.changes.OwnWrite`) tells the mirror so once
+  committed; while no other write has committed since the mirror's
+  number, the next request finds the number the write left and the mirror
+  follows it without reading the providers again (:meth:`ProviderMirror.wrote`);
 * so does a database that is not the one the mirror was read from, or
   that went back in time (a restored backup, a point-in-time recovery, a
   promoted replica that had not received the last writes): its change
@@ -51,6 +56,7 @@ flat host measured, equal inventory mappings and trait lists kept once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -63,7 +69,7 @@ from allotment.db import changes, raw_rows, tables
 from allotment.db.allocation_candidates import KnownNames, built_inventories
 from allotment.db.provider_cache import ProviderCaches
 from allotment.domain.allocation_candidates import MEMO_LIMIT, MEMO_UNITS_PER_TREE
-from allotment.domain.provider_tree import KeptResults, Provider, ProviderSnapshot
+from allotment.domain.provider_tree import KeptResults, Provider, ProviderInventory, ProviderSnapshot
 
 RP = tables.resource_providers
 INV = tables.inventories
@@ -129,6 +135,9 @@ _TRAITS = _both(sa.select(RP_TRAITS.c.resource_provider_id, TRAITS.c.name)
 _AGGREGATES = _both(sa.select(RP_AGG.c.resource_provider_id, AGG.c.uuid)
                     .join(AGG, AGG.c.id == RP_AGG.c.aggregate_id), RP_AGG.c.resource_provider_id)
 _CLASSES = sa.select(RC.c.id, RC.c.name)
+
+#: Writes of this process kept for the mirror to follow, at most.
+OWN_WRITES_KEPT = 64
 
 #: PostgreSQL: at most this many providers are read again in the statement
 #: that reads the notes (:data:`_PG_REFRESH`); more take the windowed reads.
@@ -246,6 +255,11 @@ class ProviderMirror:
         self.too_big = False
         #: Times the database was seen gone back in time or replaced.
         self.rebuilds = 0
+        #: This process's committed writes not yet followed, by
+        #: the change number each began from (see :meth:`wrote`).
+        self._own: dict[int, changes.OwnWrite] = {}
+        #: Such writes the mirror followed without reading (for tests).
+        self.own_writes_followed = 0
 
     def snapshot(self, conn: Connection, number: int | None) -> Mirrored | None:
         """Every provider as ``conn``'s transaction sees them, with the
@@ -274,8 +288,16 @@ class ProviderMirror:
                     # own would give).  Readers queued behind one refresh
                     # thus do not each refresh again in turn.
                     return state[1]
+                if state is not None and self._own:
+                    followed = self._follow_own_writes(state, number)
+                    if followed is not None:
+                        return followed
                 return self._pg_snapshot(conn, state)
             changed = None
+            if state is not None and self._own and state[0] < number:
+                followed = self._follow_own_writes(state, number)
+                if followed is not None:
+                    return followed
             if state is not None:
                 if state[0] > number and changes.same_history(state[0], number):
                     # This transaction began before the mirror's was read,
@@ -293,6 +315,78 @@ class ProviderMirror:
                     self._forget(changes.went_back(state[0], number))
             return self._keep(number, self._changed(conn, state, changed), number)
 
+    def wrote(self, write: changes.OwnWrite) -> None:
+        """Told of a write this process has committed: kept until the mirror
+        passes the number it began from.
+
+        Why following it is exact: the write began from number *n* (its
+        last statement saw *n* commits, itself not among them), so it is at
+        least the (*n* + 1)-th commit.  When a request finds the number at
+        *n* + *k* with the mirror at *n*, and this process committed writes
+        that began from *n*, *n* + 1, ... *n* + *k* - 1, those *k* commits
+        are all among the first *n* + *k* and none among the first *n*: they
+        are commits *n* + 1 to *n* + *k*, each the one right after what the
+        previous ones left.  Each saw the database as the mirror followed
+        it up to there, so the mirror with each write's generations and
+        records in turn is what reading the providers would give.  Any
+        other commit between takes a slot, and the mirror reads as before.
+        On SQLite, which runs one write transaction at a time, a write read
+        the number before and after its writes, in its transaction: a
+        mirror at the first is at the second with the write's changes.
+        """
+        own = self._own
+        if len(own) < OWN_WRITES_KEPT:
+            own[write.number] = write
+
+    def _follow_own_writes(self, state: tuple, number: int) -> Mirrored | None:
+        """The mirror of ``state`` after this process's writes that take it
+        to ``number`` exactly (see :meth:`wrote`); None when they do not
+        (another commit came between, or a provider or class it does not
+        know)."""
+        at, own = state[0], self._own
+        if number <= at or not changes.same_history(at, number):
+            return None
+        chain = []
+        while at < number:
+            write = own.get(at)
+            if write is None or len(chain) == len(own):
+                return None
+            chain.append(write)
+            at = write.after
+        if at != number:
+            return None
+        snapshot, class_names = state[1].snapshot, self._class_names
+        if class_names is None:
+            return None
+        changed: dict[int, Provider] = {}
+        for write in chain:
+            by_provider: dict[int, list[tuple]] = {}
+            for (pid, _), record in write.records.items():
+                by_provider.setdefault(pid, []).append(record)
+            for pid in write.generations.keys() | by_provider.keys():
+                provider = changed.get(pid)
+                if provider is None:
+                    if pid not in snapshot:
+                        return None
+                    provider = snapshot.get(pid)
+                inventories = dict(provider.inventories)
+                for record in by_provider.get(pid, ()):
+                    name = class_names.get(record[1])
+                    if name is None or name not in inventories:
+                        return None
+                    inventories[name] = ProviderInventory(*record[2:8], used=int(record[8]))
+                changed[pid] = dataclasses.replace(
+                    provider, generation=write.generations.get(pid, provider.generation),
+                    inventories=inventories)
+        try:
+            mirrored = self._successor(state[1], list(changed.values()), set(changed))
+        except ValueError:
+            return None
+        self.own_writes_followed += len(chain)
+        # PostgreSQL's notes stay those of the last read: a refresh from them
+        # reads these providers again, which gives what the mirror holds.
+        return self._keep(number, mirrored, state[2] if isinstance(state[2], changes.PgNotes) else number)
+
     def known_names(self) -> KnownNames | None:
         """The names known in the current mirror's lineage (None: no mirror
         yet)."""
@@ -307,6 +401,7 @@ class ProviderMirror:
             return
         LOG.warning("%s: reading every resource provider again", reason)
         self.rebuilds += 1
+        self._own.clear()
         self._caches.forget()
 
     def _keep(self, number: int, mirrored: Mirrored | None, notes) -> Mirrored | None:
@@ -315,6 +410,11 @@ class ProviderMirror:
             self.too_big, self._state, self._kept, self._inventories = True, None, {}, {}
             return None
         self._state = (number, mirrored, notes)
+        own = self._own
+        if own:  # writes the mirror has passed, or of another database
+            for began in list(own):
+                if began < number or not changes.same_history(began, number):
+                    own.pop(began, None)
         return mirrored
 
     def _changed(self, conn: Connection, state: tuple | None, changed: set[int] | None) -> Mirrored | None:

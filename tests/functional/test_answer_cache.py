@@ -202,16 +202,21 @@ def _write_raw(cloud: Cloud, conn, kind: str, pick: int, amount: int) -> None:
 BUMPING = ("total", "trait", "share", "disk", "drop_inventory", "generation", "new_class")
 
 
-def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int) -> None:
-    """An allocation through another Allotment application."""
+def _write_api(cloud: Cloud, api: ApiClient, pick: int, amount: int, providers: int = 1) -> int:
+    """An allocation through an Allotment application (of VCPU, and with
+    ``providers=2`` of MEMORY_MB from the next provider too): its status."""
     with api.application.db.read() as conn:
         uuids = dict(conn.execute(sa.select(tables.resource_providers.c.id,
                                             tables.resource_providers.c.uuid)).all())
-    uuid = uuids[cloud.providers[pick % len(cloud.providers)]]
+    picked = [uuids[cloud.providers[(pick + i) % len(cloud.providers)]] for i in range(providers)]
+    allocations = {picked[0]: {"resources": {"VCPU": 1 + amount % 3}}}
+    if len(picked) > 1:
+        allocations.setdefault(picked[1], {"resources": {}})["resources"]["MEMORY_MB"] = 64 * (1 + amount)
     response = api.put(f"/allocations/{new_uuid()}", json={
-        "allocations": {uuid: {"resources": {"VCPU": 1 + amount % 3}}},
-        "project_id": "p", "user_id": "u", "consumer_generation": None}, version="1.28")
-    assert response.status in (204, 409), response.json  # 409: no room left
+        "allocations": allocations, "project_id": "p", "user_id": "u", "consumer_generation": None},
+        version="1.28")
+    assert response.status in (204, 409), response.json  # 409: no room left, or no such inventory
+    return response.status
 
 
 RAW_KINDS = ("total", "allocate", "allocate_disk", "free", "trait", "aggregate", "provider", "disk", "drop_inventory",
@@ -220,6 +225,9 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("read"), st.integers(0, len(QUERIES) - 1), st.sampled_from(VERSIONS)),
     st.tuples(st.sampled_from(RAW_KINDS), st.integers(0, 20), st.integers(1, 8)),
     st.tuples(st.just("api"), st.integers(0, 20), st.integers(0, 8)),
+    # A claim through the reading applications themselves, whose mirrors
+    # may follow it without reading it back (PostgreSQL).
+    st.tuples(st.just("own"), st.integers(0, 20), st.integers(0, 8), st.integers(1, 2)),
 ), min_size=1, max_size=25)
 
 
@@ -285,6 +293,8 @@ def _reads_match_after_writes(apps, steps, *, lender: bool) -> None:
                 assert _answer(mirror_reader, query, step[2]) == expected
         elif step[0] == "api":
             _write_api(cloud, writer, step[1], step[2])
+        elif step[0] == "own":
+            _write_api(cloud, (reader, mirror_reader)[step[1] % 2], *step[1:])
         else:
             with outside.begin() as conn:
                 _write_raw(cloud, conn, *step)
@@ -777,3 +787,161 @@ def test_member_of_searches_only_the_trees_in_its_aggregates(apps, monkeypatch):
     assert status == 200 and len(body["allocation_requests"]) == 2
     assert sorted(set(searched)) == sorted(cloud.providers[pick] for pick in (3, 11))
     assert (status, body) == _answer(checker, query, "1.39")
+
+
+def _mirror_matches_database(mirror, engine) -> None:
+    """Every provider of the mirror has the generation, inventories and
+    usage the database holds, and the mirror holds every provider."""
+    inv, alloc, rp = tables.inventories, tables.allocations, tables.resource_providers
+    rc = tables.resource_classes
+    with engine.connect() as conn:
+        generations = dict(conn.execute(sa.select(rp.c.id, rp.c.generation)).all())
+        used = {(row[0], row[1]): row[2] for row in conn.execute(
+            sa.select(alloc.c.resource_provider_id, rc.c.name, sa.func.sum(alloc.c.used))
+            .join(rc, rc.c.id == alloc.c.resource_class_id)
+            .group_by(alloc.c.resource_provider_id, rc.c.name))}
+        records = {(row[0], row[1]): tuple(row[2:]) for row in conn.execute(
+            sa.select(inv.c.resource_provider_id, rc.c.name, inv.c.total, inv.c.reserved, inv.c.min_unit,
+                      inv.c.max_unit, inv.c.step_size, inv.c.allocation_ratio)
+            .join(rc, rc.c.id == inv.c.resource_class_id))}
+    snapshot = mirror._state[1].snapshot
+    assert sorted(provider.id for provider in snapshot) == sorted(generations)
+    for provider in snapshot:
+        assert provider.generation == generations[provider.id]
+        held = {(provider.id, name): (item.total, item.reserved, item.min_unit, item.max_unit, item.step_size,
+                                      item.allocation_ratio) for name, item in provider.inventories.items()}
+        assert held == {key: value for key, value in records.items() if key[0] == provider.id}
+        for name, item in provider.inventories.items():
+            assert item.used == used.get((provider.id, name), 0)
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_the_mirror_follows_its_own_claims(apps, monkeypatch):
+    """A claim through the application itself, when nobody else committed
+    since the mirror's number, is followed by the mirror without a
+    statement beyond the number (its providers' generations and records
+    come from the claim's own statements); any other commit between, before
+    or after the claim, makes the next read bring the mirror up to date as
+    before.  Every answer is the fresh one, and the mirror what the
+    database holds."""
+    _, fresh, other, outside, mirrored = apps
+    cloud = _new_cloud(outside, more=5)
+    mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
+    query = "resources=VCPU:1,MEMORY_MB:512"
+    refreshes = []
+    # What reads the providers changed: PostgreSQL's one statement, SQLite's
+    # read of the notes.
+    module, name = (raw_rows, "one_row") if BACKEND == "postgresql" else (changes, "changed_providers")
+    real = getattr(module, name)
+
+    def recorded(*args):
+        refreshes.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, recorded)
+
+    def read() -> int:
+        """Answer as a fresh read does; the refreshes this read made."""
+        before = len(refreshes)
+        assert _answer(api, query, "1.39") == _answer(checker, query, "1.39")
+        return len(refreshes) - before
+
+    read()
+    assert _write_api(cloud, api, 0, 1) == 204  # PostgreSQL: the owner is made, not the one-statement claim
+    read()
+    followed = mirror.own_writes_followed
+    assert _write_api(cloud, api, 1, 1) == 204  # one provider: the swap in the claim's statement
+    assert read() == 0
+    assert mirror.own_writes_followed == followed + 1
+    _mirror_matches_database(mirror, outside)
+    assert _write_api(cloud, api, 2, 2, providers=2) == 204  # a swap statement before the claim's
+    assert read() == 0
+    assert _write_api(cloud, api, 3, 1) == 204
+    assert _write_api(cloud, api, 4, 3, providers=2) == 204  # two in a row, then a read
+    assert read() == 0
+    assert mirror.own_writes_followed == followed + 4
+    _mirror_matches_database(mirror, outside)
+    # A consumer's allocations moved to another provider (its rows replaced):
+    # usage falls where it was, and the mirror reads.
+    with mirrored.db.read() as conn:
+        uuids = dict(conn.execute(sa.select(tables.resource_providers.c.id,
+                                            tables.resource_providers.c.uuid)).all())
+    moving = new_uuid()
+    for generation, pick in ((None, 3), (1, 4)):
+        response = api.put(f"/allocations/{moving}", json={
+            "allocations": {uuids[cloud.providers[pick]]: {"resources": {"VCPU": 2}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": generation}, version="1.28")
+        assert response.status == 204, response.json
+        read()
+    _mirror_matches_database(mirror, outside)
+    followed = mirror.own_writes_followed
+    # Another application's claim after this one's: read.
+    assert _write_api(cloud, api, 5, 1) == 204
+    assert _write_api(cloud, ApiClient(other), 6, 1) == 204
+    assert read() == 1
+    # A write in plain SQL before this application's claim: read.
+    with outside.begin() as conn:
+        _write_raw(cloud, conn, "allocate", 1, 1)
+    assert _write_api(cloud, api, 2, 1) == 204
+    assert read() == 1
+    assert mirror.own_writes_followed == followed
+    _mirror_matches_database(mirror, outside)
+
+
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+def test_the_mirror_follows_claims_racing_other_writers(db_url):
+    """Threads of one application claim and read while another application
+    and plain SQL write: whatever the mirror followed and read, it ends as
+    the database is, and its answers as a fresh read's."""
+    import threading
+
+    application = _application(db_url, 0)
+    fresh = _application(db_url, 0, mirror=False)
+    other = _application(db_url, 0)
+    outside = sa.create_engine(db_url)
+    try:
+        cloud = _new_cloud(outside, more=13)
+        with outside.begin() as conn:  # room for every claim
+            for pid in cloud.providers:
+                for name in ("VCPU", "MEMORY_MB"):
+                    conn.execute(tables.inventories.update().where(
+                        tables.inventories.c.resource_provider_id == pid,
+                        tables.inventories.c.resource_class_id == cloud.classes[name]).values(
+                            total=10**6, max_unit=10**6))
+        mirror = application.state.mirror
+        query = "resources=VCPU:1,MEMORY_MB:512"
+        _answer(ApiClient(application), query, "1.39")
+        failures: list[BaseException] = []
+
+        def claimer(k: int) -> None:
+            try:
+                api = ApiClient(application)
+                for i in range(25):
+                    _write_api(cloud, api, k * 7 + i, i, providers=1 + i % 2)
+                    _answer(api, query, "1.39")
+            except BaseException as error:  # reported below
+                failures.append(error)
+
+        def elsewhere() -> None:
+            try:
+                for i in range(15):
+                    _write_api(cloud, ApiClient(other), i, i)
+                    with outside.begin() as conn:
+                        _write_raw(cloud, conn, "allocate", i, 1)
+            except BaseException as error:
+                failures.append(error)
+
+        threads = [threading.Thread(target=claimer, args=(k,)) for k in range(4)]
+        threads.append(threading.Thread(target=elsewhere))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        assert mirror.own_writes_followed > 0
+        assert _answer(ApiClient(application), query, "1.39") == _answer(ApiClient(fresh), query, "1.39")
+        _mirror_matches_database(mirror, outside)
+    finally:
+        outside.dispose()
+        for app in (application, fresh, other):
+            app.db.dispose()
