@@ -245,10 +245,13 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     owner = incomplete_owner(req)
 
     contended: list[int] = []  # the providers of a lost swap: a re-run locks them first
+    mirror = req.app.state.mirror
+    follow = mirror is not None and mirror.wants_own_writes()
 
     def work(conn):
         try:
-            return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended)
+            return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended,
+                                        follow=follow)
         except db.ProviderConflict as conflict:
             contended[:] = conflict.provider_ids
             raise
@@ -268,8 +271,7 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     except domain.ConcurrentUpdate as error:
         raise HTTPError(409, "Inventory and/or allocations changed while attempting to allocate: "
                              f"{error.message}", code=domain.CONCURRENT_UPDATE) from None
-    mirror = req.app.state.mirror
-    if written is not None and mirror is not None:
+    if written is not None:
         # Committed: the process's mirror may follow it without reading it back.
         mirror.wrote(written)
 

@@ -216,7 +216,7 @@ class Claim:
 
 def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
                       incomplete_owner: tuple[str, str],
-                      lock_first: Iterable[int] = ()) -> changes.OwnWrite | None:
+                      lock_first: Iterable[int] = (), follow: bool = False) -> changes.OwnWrite | None:
     """Replace the allocations of every consumer in ``requests`` (see the module doc).
 
     Each consumer uuid may appear once.  ``incomplete_owner`` is the
@@ -227,11 +227,13 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     re-run waits its turn instead of losing the swap again; it must then be
     the transaction's first write call.
 
-    Returns what the write changed where it knows all of it (SQLite, writes
-    that only add allocation rows; PostgreSQL, a new consumer's claim:
-    :class:`changes.OwnWrite`), for the process's mirror of every provider
-    once the transaction has committed, where the transaction wrote
-    nothing else; else None.
+    With ``follow``, returns what the write changed where it knows all of it
+    (SQLite, writes that only add allocation rows; PostgreSQL, a new
+    consumer's claim: :class:`changes.OwnWrite`), for the process's mirror
+    of every provider once the transaction has committed, where the
+    transaction wrote nothing else; else None.  It costs the write the
+    change number: on PostgreSQL a count of the change log in the claim's
+    statement, on SQLite two reads of the counter.
     """
     generations.lock_providers(conn, lock_first)
     found, names = _read_and_check(conn, requests, incomplete_owner)
@@ -260,13 +262,13 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     # SQLite writes one transaction at a time: the change number before and
     # after this one's writes tell what it changed, to a mirror of every
     # provider, where it only adds rows (usage changes on its claims alone).
-    follow = conn.dialect.name == "sqlite" and claims and not old_rows
-    began_from = changes.read_number(conn)[0] if follow else None
+    counted = follow and conn.dialect.name == "sqlite" and claims and not old_rows
+    began_from = changes.read_number(conn)[0] if counted else None
     if (conn.dialect.name == "postgresql" and len(requests) == 1 and claims and not old_rows
             and len(claims) <= _INSERT_ROWS_KEPT and requests[0].consumer_uuid not in existing):
         owner = _known_owner(requests[0], incomplete_owner, found.owners)
         if owner is not None:
-            return _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id)
+            return _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id, follow)
     try:
         swapped = generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
@@ -451,11 +453,11 @@ def _insert_rows_read_usage(count: int) -> sa.Select:
 
 #: PostgreSQL: per number of rows, a new consumer's claim in one
 #: statement (:func:`_claim_statement`).
-_CLAIM_STATEMENTS: dict[int, sa.Select] = {}
+_CLAIM_STATEMENTS: dict[tuple[int, bool], sa.Select] = {}
 _NEW_CONSUMER_COLUMNS = ("uuid", "project_id", "user_id", "consumer_type_id", "generation")
 
 
-def _claim_statement(count: int) -> sa.Select:
+def _claim_statement(count: int, numbered: bool) -> sa.Select:
     """PostgreSQL: the last generation swap of a claim for a new consumer,
     the consumer's row and the ``count`` allocation rows, in one statement
     that returns what the capacity check reads (as
@@ -471,7 +473,7 @@ def _claim_statement(count: int) -> sa.Select:
     first read saw (every writer that adds usage swaps the generation, so
     one that committed since makes the swap fail), but for writers that
     only removed allocations since, which can only make room."""
-    statement = _CLAIM_STATEMENTS.get(count)
+    statement = _CLAIM_STATEMENTS.get((count, numbered))
     if statement is None:
         swapped = (sa.update(RP)
                    .where(RP.c.id == sa.bindparam("swap_id"), RP.c.generation == sa.bindparam("expected"))
@@ -486,18 +488,18 @@ def _claim_statement(count: int) -> sa.Select:
         one = sa.select(sa.literal_column("1").label("one")).subquery("one")
         # The consumer's count is there for its WITH to be written at all
         # (a WITH the statement does not name is left out of it).
-        statement = _CLAIM_STATEMENTS[count] = (
+        statement = _CLAIM_STATEMENTS[count, numbered] = (
             sa.select(sa.select(sa.func.count()).select_from(swapped).scalar_subquery().label("swapped"),
                       sa.select(sa.func.count()).select_from(consumer).scalar_subquery().label("consumers"),
-                      *(sa.literal_column(column) for column in changes.PG_BEGAN_FROM_COLUMNS),
+                      *(sa.literal_column(column) for column in changes.PG_BEGAN_FROM_COLUMNS if numbered),
                       *records.c)
             .select_from(one.outerjoin(records, sa.true())))
     return statement
 
 
 #: Where a claim statement's row has the records (after the swap's and the
-#: consumer's counts and the change number's columns).
-_CLAIM_RECORDS_AT = 2 + len(changes.PG_BEGAN_FROM_COLUMNS)
+#: consumer's counts, and the change number's columns when ``numbered``).
+_CLAIM_RECORDS_AT = {False: 2, True: 2 + len(changes.PG_BEGAN_FROM_COLUMNS)}
 
 
 def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str],
@@ -513,7 +515,8 @@ def _known_owner(request: ConsumerAllocations, incomplete_owner: tuple[str, str]
 
 
 def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owner: consumers.Owner,
-                            claims: list[Claim], bumped: list[int], read: Mapping[int, int]) -> changes.OwnWrite | None:
+                            claims: list[Claim], bumped: list[int], read: Mapping[int, int],
+                            follow: bool) -> changes.OwnWrite | None:
     """Steps 4-6 of :func:`write_allocations` for a consumer without a
     record or rows, whose owner exists (PostgreSQL): the swaps in id order,
     the last of them in one statement with the consumer's row, the
@@ -521,10 +524,11 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
     (:func:`_claim_statement`).  A flat claim is then three messages:
     ``BEGIN`` with the first read, that statement, ``COMMIT``.
 
-    What the claim changed, once committed (:class:`changes.OwnWrite`):
-    the generations it swapped and, read by that same statement, the
-    records of every (provider, class) it allocates from with its usage
-    after it; None without a change number."""
+    With ``follow``, what the claim changed, once committed
+    (:class:`changes.OwnWrite`): the generations it swapped and, read by
+    that same statement, the records of every (provider, class) it
+    allocates from with its usage after it; else (or without a change
+    number) None."""
     *first, last = bumped
     try:
         generations.bump_providers(conn, [(pid, read[pid]) for pid in first])
@@ -535,14 +539,17 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
               "uuid": request.consumer_uuid, "project_id": owner.project_id, "user_id": owner.user_id,
               "consumer_type_id": owner.consumer_type_id, "generation": 1, **_numbered(_row_values(claims, now))}
     try:
-        rows = raw_rows.written_rows(conn, _claim_statement(len(claims)), values)
+        rows = raw_rows.written_rows(conn, _claim_statement(len(claims), follow), values)
     except sa.exc.IntegrityError:  # the consumer's row, made by another transaction since our read
         raise consumers.RecordRace(f"consumer {request.consumer_uuid}") from None
     if rows[0][0] != 1:
         raise ProviderConflict(bumped)
-    records = _by_pair(row[_CLAIM_RECORDS_AT:] for row in rows if row[_CLAIM_RECORDS_AT] is not None)
+    at = _CLAIM_RECORDS_AT[follow]
+    records = _by_pair(row[at:] for row in rows if row[at] is not None)
     _check_claims(conn, claims, after_write=True, growth=_growth(claims, ()), records=records)
-    number = changes.pg_began_from(*rows[0][2:_CLAIM_RECORDS_AT])
+    if not follow:
+        return None
+    number = changes.pg_began_from(*rows[0][2:at])
     if number is None:
         return None
     return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records)

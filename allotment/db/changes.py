@@ -489,7 +489,8 @@ def pg_notes(conn: Connection, since: PgNotes | None) -> tuple[PgNotes | None, s
 #: transaction's id from its first tracked statement on, and the later
 #: statements see it): the count, then the identity's parts.
 PG_BEGAN_FROM_COLUMNS = (
-    f"(SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG} WHERE txid <> txid_current())",
+    f"(SELECT n FROM {COUNTER} WHERE id = 1) + (SELECT count(*) FROM {LOG}) "
+    f"- (SELECT count(*) FROM {LOG} WHERE txid = txid_current())",  # its own: by the key, not row by row
     f"(SELECT n FROM {COUNTER} WHERE id = {_TOKEN_ROW})",
     f"(SELECT tableoid::bigint FROM {COUNTER} WHERE id = 1)",
     "(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint")

@@ -816,7 +816,7 @@ def _mirror_matches_database(mirror, engine) -> None:
 
 
 @pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
-def test_the_mirror_follows_its_own_claims(apps, monkeypatch):
+def test_the_mirror_follows_its_own_claims(db_url, monkeypatch):
     """A claim through the application itself, when nobody else committed
     since the mirror's number, is followed by the mirror without a
     statement beyond the number (its providers' generations and records
@@ -824,7 +824,9 @@ def test_the_mirror_follows_its_own_claims(apps, monkeypatch):
     or after the claim, makes the next read bring the mirror up to date as
     before.  Every answer is the fresh one, and the mirror what the
     database holds."""
-    _, fresh, other, outside, mirrored = apps
+    mirrored, fresh, other = _application(db_url, 0), _application(db_url, 0, mirror=False), _application(db_url, 0)
+    outside = sa.create_engine(db_url)
+    monkeypatch.setattr(provider_mirror, "OWN_WRITES_PROBE", 1)  # every write tells, followed or not
     cloud = _new_cloud(outside, more=5)
     mirror, api, checker = mirrored.state.mirror, ApiClient(mirrored), ApiClient(fresh)
     query = "resources=VCPU:1,MEMORY_MB:512"
@@ -886,15 +888,42 @@ def test_the_mirror_follows_its_own_claims(apps, monkeypatch):
     assert read() == 1
     assert mirror.own_writes_followed == followed
     _mirror_matches_database(mirror, outside)
+    outside.dispose()
+    for application in (mirrored, fresh, other):
+        application.db.dispose()
+
+
+def test_writes_tell_the_mirror_while_it_follows_them():
+    """Finding out what a write changed costs the write: it is asked for
+    while the mirror follows at least half of the writes told, and only as
+    a probe, one write in OWN_WRITES_PROBE, while other writers commit
+    between nearly every claim and its read."""
+    from allotment.db.provider_cache import ProviderCaches
+
+    mirror = provider_mirror.ProviderMirror(ProviderCaches())
+    write = changes.OwnWrite(1, {}, {})
+
+    def asked(writes: int) -> int:
+        return sum(mirror.wants_own_writes() for _ in range(writes))
+
+    assert asked(16) == 16
+    for _ in range(64):  # told, never followed
+        mirror.wrote(write)
+    assert asked(64) == 64 // provider_mirror.OWN_WRITES_PROBE
+    for _ in range(64):  # told and followed
+        mirror.wrote(write)
+        mirror._followed += 1
+    assert asked(16) == 16
 
 
 @pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
-def test_the_mirror_follows_claims_racing_other_writers(db_url):
+def test_the_mirror_follows_claims_racing_other_writers(db_url, monkeypatch):
     """Threads of one application claim and read while another application
     and plain SQL write: whatever the mirror followed and read, it ends as
     the database is, and its answers as a fresh read's."""
     import threading
 
+    monkeypatch.setattr(provider_mirror, "OWN_WRITES_PROBE", 1)  # every write tells, followed or not
     application = _application(db_url, 0)
     fresh = _application(db_url, 0, mirror=False)
     other = _application(db_url, 0)
