@@ -552,7 +552,7 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
     number = changes.pg_began_from(*rows[0][2:at])
     if number is None:
         return None
-    return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records)
+    return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records, after=number + 1)
 
 
 _T = tables.consumer_types

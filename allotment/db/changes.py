@@ -527,11 +527,7 @@ class OwnWrite:
     number: int
     generations: Mapping[int, int]
     records: Mapping[tuple[int, int], tuple]
-    after: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.after is None:
-            object.__setattr__(self, "after", self.number + 1)
+    after: int
 
 
 _CHANGED = (sa.select(sa.column("provider_id")).select_from(sa.table(PROVIDER_CHANGES))

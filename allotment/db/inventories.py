@@ -147,27 +147,31 @@ def _usage(conn: Connection, provider_id: int, class_ids: Iterable[int]) -> dict
     return {class_id: int(used or 0) for class_id, used in rows}
 
 
+#: (provider id, class id, class name) of allocations whose class the
+#: provider has no inventory of, by a list of provider ids.
+_WITHOUT_INVENTORY = (
+    sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
+    .join(RC, RC.c.id == ALLOC.c.resource_class_id)
+    .where(ALLOC.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True)),
+           ~sa.exists().where(INV.c.resource_provider_id == ALLOC.c.resource_provider_id,
+                              INV.c.resource_class_id == ALLOC.c.resource_class_id))
+    .group_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
+    .order_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id)
+)
+
+
 def classes_without_inventory(conn: Connection, provider_ids: Iterable[int]) -> dict[int, list[str]]:
     """Allocations on classes that have no inventory: {provider id: [class names]}.
 
     Class names come in class-id order, as Placement lists them.
     """
     provider_ids = sorted(set(provider_ids))
-    has_inventory = sa.exists().where(
-        INV.c.resource_provider_id == ALLOC.c.resource_provider_id,
-        INV.c.resource_class_id == ALLOC.c.resource_class_id,
-    )
     orphans: dict[int, list[str]] = {}
-    for part in raw_rows.parts(provider_ids):  # in provider order, as one statement gives them
-        rows = conn.execute(
-            sa.select(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
-            .join(RC, RC.c.id == ALLOC.c.resource_class_id)
-            .where(ALLOC.c.resource_provider_id.in_(part), ~has_inventory)
-            .group_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id, RC.c.name)
-            .order_by(ALLOC.c.resource_provider_id, ALLOC.c.resource_class_id)
-        )
-        for provider_id, _class_id, name in rows:
-            orphans.setdefault(provider_id, []).append(name)
+    if not provider_ids:
+        return orphans
+    # Sorted ids: the parts' rows come in provider order, as one statement's.
+    for provider_id, _class_id, name in raw_rows.rows_in_parts(conn, _WITHOUT_INVENTORY, {"ids": provider_ids}):
+        orphans.setdefault(provider_id, []).append(name)
     return orphans
 
 

@@ -287,6 +287,10 @@ class ProviderMirror:
             state = self._state
             if state is not None and state[0] == number:
                 return state[1]
+            if state is not None and self._own:
+                followed = self._follow_own_writes(state, number)
+                if followed is not None:
+                    return followed
             if conn.dialect.name == "postgresql":
                 if state is not seen and state is not None and changes.went_back(number, state[0]) is None:
                     # Another thread brought the mirror here while this one
@@ -297,16 +301,8 @@ class ProviderMirror:
                     # own would give).  Readers queued behind one refresh
                     # thus do not each refresh again in turn.
                     return state[1]
-                if state is not None and self._own:
-                    followed = self._follow_own_writes(state, number)
-                    if followed is not None:
-                        return followed
                 return self._pg_snapshot(conn, state)
             changed = None
-            if state is not None and self._own and state[0] < number:
-                followed = self._follow_own_writes(state, number)
-                if followed is not None:
-                    return followed
             if state is not None:
                 if state[0] > number and changes.same_history(state[0], number):
                     # This transaction began before the mirror's was read,
@@ -330,7 +326,8 @@ class ProviderMirror:
         (PostgreSQL), which pays while the mirror follows most writes (one
         scheduler claiming, a quiet cloud) and not where other writers
         commit between nearly every claim and its next read (measured: 12%
-        followed in a race of 8 threads over two processes): then only a
+        followed with 8 threads claiming through two applications in one
+        process): then only a
         probe of one write in :data:`OWN_WRITES_PROBE` asks."""
         self._asked += 1
         told = self._told

@@ -901,7 +901,7 @@ def test_writes_tell_the_mirror_while_it_follows_them():
     from allotment.db.provider_cache import ProviderCaches
 
     mirror = provider_mirror.ProviderMirror(ProviderCaches())
-    write = changes.OwnWrite(1, {}, {})
+    write = changes.OwnWrite(1, {}, {}, after=2)
 
     def asked(writes: int) -> int:
         return sum(mirror.wants_own_writes() for _ in range(writes))
