@@ -53,6 +53,12 @@ scheduler's claim) makes the last swap of step 4, the consumer's row and
 step 5's rows in one statement that also returns what step 6 reads
 (``_claim_statement``): a flat claim is three messages to the server.
 
+On PostgreSQL the first read also locks the providers the swaps will
+lock, in the same order (``_READ_FOR_WRITE_LOCKING``): under the statement's
+READ COMMITTED rules, a row it waited for comes back as the writer before
+it committed it, so the generations it reads are current and its swaps
+cannot be lost.
+
 A lost provider swap raises ``ProviderConflict``; the caller re-runs the
 whole transaction (``RETRY_ON``), up to ``[placement]
 allocation_conflict_retry_count`` times, as Placement retries the provider
@@ -236,7 +242,7 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     statement, on SQLite two reads of the counter.
     """
     generations.lock_providers(conn, lock_first)
-    found, names = _read_and_check(conn, requests, incomplete_owner)
+    found, names = _read_and_check(conn, requests, incomplete_owner, lock=True)
     existing, old_rows, by_uuid, by_id, class_ids = (found.consumers, found.old_rows, found.providers,
                                                      found.generations, found.class_ids)
     emptied = {r.consumer_uuid for r in requests if not r.resources}
@@ -321,12 +327,13 @@ def check_consumers_and_providers(conn: Connection, requests: Sequence[ConsumerA
 
 
 def _read_and_check(conn: Connection, requests: Sequence[ConsumerAllocations],
-                    incomplete_owner: tuple[str, str]) -> tuple[_Found, list[str]]:
+                    incomplete_owner: tuple[str, str], lock: bool = False) -> tuple[_Found, list[str]]:
     """Everything ``write_allocations`` reads, with the consumers' generations
-    and the providers checked; also the class names asked for, in order."""
+    and the providers checked; also the class names asked for, in order.
+    ``lock``: see :func:`_read_for_write`."""
     wanted = list(dict.fromkeys(uuid for r in requests for uuid in r.resources))
     names = list(dict.fromkeys(name for r in requests for res in r.resources.values() for name in res))
-    found = _read_for_write(conn, requests, wanted, names, incomplete_owner)
+    found = _read_for_write(conn, requests, wanted, names, incomplete_owner, lock)
     # Placement checks the consumers' generations before it looks the
     # providers up (see ``keep_new_consumers``).
     _check_consumer_generations(requests, found.consumers)
@@ -587,6 +594,32 @@ _READ_FOR_WRITE = prepared(sa.union_all(
 ))
 
 
+# PostgreSQL: the same read, which also takes the row locks the swaps of
+# step 4 take (FOR NO KEY UPDATE), of the providers named and held, in id
+# order as the swaps go.  A writer then waits for the writers of its
+# providers before it reads their generations, rather than reading, losing
+# the swap to one of them, rolling back and running again behind
+# ``lock_first``.  Measured in the race of 16 clients on 2,000 flat
+# providers (tools/scalebench): a quarter of the claims lost their first
+# swap so (857 rollbacks in 3,200 claims; with the lock taken here, 100:
+# the claims refused for capacity).  Server and database then spent
+# 0.87-0.96 of their CPU per claim in the races of tools/scalebench and of
+# the shared bench, with more claims a second and a lower p95.  The locks
+# are held from this read to COMMIT rather than from the swap: one round
+# trip longer for a claim of a new consumer.
+_LOCKED = (sa.select(RP.c.id, RP.c.uuid, RP.c.generation)
+           .where(RP.c.id.in_(sa.union(
+               sa.select(RP.c.id).where(RP.c.uuid.in_(_many("uuids"))),
+               sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids"))))))
+           .order_by(RP.c.id).with_for_update(key_share=True).cte("locked").prefix_with("MATERIALIZED"))
+_READ_FOR_WRITE_LOCKING = prepared(sa.union_all(
+    _CONSUMERS_AND_ROWS.selects[0],
+    _CONSUMERS_AND_ROWS.selects[1],
+    _branch("p", _LOCKED.c.id, _LOCKED.c.uuid, _LOCKED.c.generation),
+    *_READ_FOR_WRITE.selects[4:],
+))
+
+
 @dataclass
 class _Found:
     """What ``_read_for_write`` read."""
@@ -602,9 +635,11 @@ class _Found:
 
 
 def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], wanted: Sequence[str],
-                    names: Sequence[str], incomplete_owner: tuple[str, str]) -> _Found:
+                    names: Sequence[str], incomplete_owner: tuple[str, str], lock: bool = False) -> _Found:
     """The reads of ``write_allocations``, in one query (one a part of
-    lists too long for one statement: ``raw_rows.rows_in_parts``)."""
+    lists too long for one statement: ``raw_rows.rows_in_parts``); with
+    ``lock`` on PostgreSQL, the one that locks the providers named and held
+    (:data:`_READ_FOR_WRITE_LOCKING`)."""
     uuids = [r.consumer_uuid for r in requests]
     projects, users, types = set(), set(), set()
     for r in requests:
@@ -616,8 +651,9 @@ def _read_for_write(conn: Connection, requests: Sequence[ConsumerAllocations], w
     found = _Found()
     # On the DBAPI cursor (raw_rows): SQLAlchemy's expansion of eight IN
     # lists and its result set-up cost more than the statement itself.
+    statement = _READ_FOR_WRITE_LOCKING if lock and conn.dialect.name == "postgresql" else _READ_FOR_WRITE
     for kind, ident, text, generation, number, user_id, type_id, project, user in raw_rows.rows_in_parts(
-            conn, _READ_FOR_WRITE, {"consumer_uuids": uuids, "row_uuids": uuids, "held_uuids": uuids,
+            conn, statement, {"consumer_uuids": uuids, "row_uuids": uuids, "held_uuids": uuids,
                                     "uuids": list(wanted), "names": list(names), "projects": list(projects),
                                     "users": list(users), "types": list(types)}):
         if kind == "c":

@@ -8,6 +8,9 @@ the usages and consumer tests.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 import uuid as uuidlib
 
 import pytest
@@ -776,3 +779,49 @@ def test_several_providers_swap_together_or_not_at_all(app):
     with app.db.read() as conn:
         assert dict(conn.execute(sa.select(rp.c.id, rp.c.generation).where(rp.c.id.in_(ids.values()))).all()) \
             == {ids[a]: 1, ids[b]: 1}
+
+
+@pytest.mark.skipif(os.environ.get("ALLOTMENT_TEST_BACKEND", "sqlite") != "postgresql",
+                    reason="the locking first read is PostgreSQL's (MySQL / MariaDB lock on a re-run)")
+@pytest.mark.parametrize("giving_up", [False, True])
+def test_a_write_waits_for_the_writer_of_its_provider_before_it_reads(app, api128, giving_up):
+    """Another transaction has swapped the provider's generation and not yet
+    committed.  The write's first read waits for it, then reads the
+    generation it committed: the write's own swap is not lost, so the write
+    is not run again (no "race" retry), and both swaps count.  Either a
+    claim naming the provider, or a consumer giving up what it holds there
+    (its swap goes with the others, though the provider is not named)."""
+    provider = seed_provider(app, {"VCPU": 8})
+    consumer = new_uuid()
+    if giving_up:
+        assert api128.put(f"/allocations/{consumer}", json=body(claim(provider, VCPU=1))).status == 204
+    before = provider_generation(api128, provider)
+    retries: list[str] = []
+    app.db.on_retry = retries.append
+    other = sa.create_engine(app.db.engine.url)
+    blocker = other.connect()
+    blocker.execute(sa.update(tables.resource_providers).where(tables.resource_providers.c.uuid == provider)
+                    .values(generation=tables.resource_providers.c.generation + 1))
+    answers: list = []
+    wanted = body({}, 1) if giving_up else body(claim(provider, VCPU=2))
+    writer = threading.Thread(target=lambda: answers.append(api128.put(f"/allocations/{consumer}", json=wanted)))
+    writer.start()
+    try:
+        with other.connect() as watcher:
+            for _ in range(500):
+                waiting = watcher.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'")).scalar()
+                if waiting:
+                    break
+                time.sleep(0.01)
+            assert waiting == 1
+    finally:
+        blocker.commit()
+        blocker.close()
+        writer.join(30)
+        other.dispose()
+    assert answers[0].status == 204, answers[0].body
+    assert retries == []
+    assert provider_generation(api128, provider) == before + 2
+    assert usages(api128, provider)["VCPU"] == (0 if giving_up else 2)
