@@ -247,13 +247,16 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     contended: list[int] = []  # the providers of a lost swap: a re-run locks them first
     mirror = req.app.state.mirror
     follow = mirror is not None and mirror.wants_own_writes()
+    contention = req.app.state.swap_contention
+    lock_read = contention.lock_read()
 
     def work(conn):
         try:
             return db.write_allocations(conn, requests, incomplete_owner=owner, lock_first=contended,
-                                        follow=follow)
+                                        lock_read=lock_read, follow=follow)
         except db.ProviderConflict as conflict:
             contended[:] = conflict.provider_ids
+            contention.lost()
             raise
 
     try:

@@ -30,6 +30,11 @@ attribute               keyed on                     bound                  drop
                         form                                                mirror's results (weak reference)
 ======================  ===========================  =====================  ==================================
 
+Besides the caches, one thing learnt from the writes themselves:
+``swap_contention`` (:class:`allotment.db.allocations.SwapContention`),
+whether this process's writes lately lost provider swaps to other writers,
+and so lock their providers at their first read for a while.
+
 The module globals left elsewhere are constant tables, statements,
 schemas and memos of pure functions of such constants; docs/architecture.md
 ("State and its owner") lists them, and the two time-bound results kept by
@@ -42,6 +47,7 @@ from oslo_config import cfg
 
 from allotment.api.answer_cache import AnswerCache
 from allotment.db import changes
+from allotment.db.allocations import SwapContention
 from allotment.db.engine import Database
 from allotment.db.provider_cache import ProviderCaches
 from allotment.db.provider_mirror import ProviderMirror
@@ -87,3 +93,6 @@ class ProcessState:
         #: of the TreeSummaries -> (a weak reference to it, the form, {uuid:
         #: JSON}).
         self.encoded_trees: dict[int, tuple] = {}
+        #: Whether writes lately lost provider swaps (and so lock at their
+        #: first read for a while).
+        self.swap_contention = SwapContention()

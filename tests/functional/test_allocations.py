@@ -781,29 +781,17 @@ def test_several_providers_swap_together_or_not_at_all(app):
             == {ids[a]: 1, ids[b]: 1}
 
 
-@pytest.mark.skipif(os.environ.get("ALLOTMENT_TEST_BACKEND", "sqlite") != "postgresql",
-                    reason="the locking first read is PostgreSQL's (MySQL / MariaDB lock on a re-run)")
-@pytest.mark.parametrize("giving_up", [False, True])
-def test_a_write_waits_for_the_writer_of_its_provider_before_it_reads(app, api128, giving_up):
-    """Another transaction has swapped the provider's generation and not yet
-    committed.  The write's first read waits for it, then reads the
-    generation it committed: the write's own swap is not lost, so the write
-    is not run again (no "race" retry), and both swaps count.  Either a
-    claim naming the provider, or a consumer giving up what it holds there
-    (its swap goes with the others, though the provider is not named)."""
-    provider = seed_provider(app, {"VCPU": 8})
-    consumer = new_uuid()
-    if giving_up:
-        assert api128.put(f"/allocations/{consumer}", json=body(claim(provider, VCPU=1))).status == 204
+def _blocked_write(app, api128, provider: str, consumer: str, wanted: dict) -> tuple:
+    """PUT ``wanted`` for ``consumer`` while another transaction has swapped
+    ``provider``'s generation and not yet committed; that transaction
+    commits once the PUT waits for a lock.  (The answer, the provider's
+    generation before.)"""
     before = provider_generation(api128, provider)
-    retries: list[str] = []
-    app.db.on_retry = retries.append
     other = sa.create_engine(app.db.engine.url)
     blocker = other.connect()
     blocker.execute(sa.update(tables.resource_providers).where(tables.resource_providers.c.uuid == provider)
                     .values(generation=tables.resource_providers.c.generation + 1))
     answers: list = []
-    wanted = body({}, 1) if giving_up else body(claim(provider, VCPU=2))
     writer = threading.Thread(target=lambda: answers.append(api128.put(f"/allocations/{consumer}", json=wanted)))
     writer.start()
     try:
@@ -821,7 +809,43 @@ def test_a_write_waits_for_the_writer_of_its_provider_before_it_reads(app, api12
         blocker.close()
         writer.join(30)
         other.dispose()
-    assert answers[0].status == 204, answers[0].body
-    assert retries == []
-    assert provider_generation(api128, provider) == before + 2
-    assert usages(api128, provider)["VCPU"] == (0 if giving_up else 2)
+    return answers[0], before
+
+
+@pytest.mark.skipif(os.environ.get("ALLOTMENT_TEST_BACKEND", "sqlite") != "postgresql",
+                    reason="the locking first read is PostgreSQL's (MySQL / MariaDB lock on a re-run)")
+@pytest.mark.parametrize("giving_up", [False, True])
+def test_after_a_lost_swap_writes_wait_for_the_writer_of_their_provider_before_reading(app, api128, giving_up):
+    """Another transaction has swapped the provider's generation and not yet
+    committed.  A process whose writes have met no other writer reads
+    without locking: its write loses the swap and runs again (a "race"
+    retry).  That turns the locking read on (``SwapContention``): the next
+    such write waits at its first read, reads the generation the other
+    committed, and lands without running again.  Both swaps count each
+    time.  Either claims naming the provider, or consumers giving up what
+    they hold there (their swap goes with the others, though the provider
+    is not named)."""
+    provider = seed_provider(app, {"VCPU": 8})
+    consumers = [new_uuid(), new_uuid()]
+    if giving_up:
+        for consumer in consumers:
+            assert api128.put(f"/allocations/{consumer}", json=body(claim(provider, VCPU=1))).status == 204
+    wanted = body({}, 1) if giving_up else body(claim(provider, VCPU=2))
+    retries: list[str] = []
+    app.db.on_retry = retries.append
+    for consumer, expected in zip(consumers, (["race"], ["race"])):
+        answer, before = _blocked_write(app, api128, provider, consumer, wanted)
+        assert answer.status == 204, answer.body
+        assert retries == expected
+        assert provider_generation(api128, provider) == before + 2
+    assert usages(api128, provider)["VCPU"] == (0 if giving_up else 4)
+
+
+def test_writes_lock_at_their_first_read_for_a_while_after_a_lost_swap():
+    contention = alloc_db.SwapContention()
+    assert not contention.lock_read()
+    contention.lost()
+    assert [contention.lock_read() for _ in range(alloc_db.LOCKED_READS + 2)] \
+        == [True] * alloc_db.LOCKED_READS + [False, False]
+    contention.lost()
+    assert contention.lock_read()
