@@ -639,9 +639,11 @@ _READ_FOR_WRITE = prepared(sa.union_all(
 # ``lock_first``.  Measured in the race of 16 clients on 2,000 flat
 # providers (tools/scalebench): a quarter of the claims lost their first
 # swap so (857 rollbacks in 3,200 claims; with the lock taken here, 100:
-# the claims refused for capacity).  Server and database then spent
-# 0.87-0.96 of their CPU per claim in the races of tools/scalebench and of
-# the shared bench, with more claims a second and a lower p95.  The locks
+# the claims refused for capacity).  With the lock taken while the
+# process's writes lose swaps (SwapContention), server and database spent
+# 0.94 and 0.93 of their CPU per claim in that race, and 0.92 and 0.94 in
+# the shared bench's claim race (median of 4 runs), with more claims a
+# second and a lower p95.  The locks
 # are held from this read to COMMIT rather than from the swap: one round
 # trip longer for a claim of a new consumer.  Where no other writer is
 # met the lock is a cost only (SwapContention).
