@@ -205,12 +205,31 @@ class CloudStore:
             return
         engine = self._admin()
         with engine.connect() as conn:
+            if conn.exec_driver_sql("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).first():
+                conn.exec_driver_sql(f'ALTER DATABASE "{name}" WITH IS_TEMPLATE false ALLOW_CONNECTIONS true')
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        engine.dispose()
+
+    def _seal(self) -> None:
+        """Make the template read-only: every run measures a copy of it, and a
+        server or profile pointed at the template by mistake (it happened:
+        claims written into it, the cache none the wiser) fails instead of
+        changing what later runs start from.  PostgreSQL: no connections (a
+        copy needs none); SQLite: the file's mode."""
+        if self.backend == "sqlite":
+            os.chmod(self.cache / f"{self.name}.sqlite", 0o444)
+            return
+        engine = self._admin()
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'ALTER DATABASE "{self.name}" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false')
+            conn.exec_driver_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                                 (self.name,))
         engine.dispose()
 
     def template(self, regenerate: bool) -> dict:
         if self.summary_path.exists() and not regenerate:
             log(f"cloud: reusing {self.url(self.name)}")
+            self._seal()  # a template cached before templates were sealed
             return json.loads(self.summary_path.read_text())
         self.summary_path.unlink(missing_ok=True)
         self._drop(self.name)
@@ -225,6 +244,7 @@ class CloudStore:
         summary = {"seconds": result.seconds, "rows": result.rows,
                    "shapes": [vars(s) for s in result.shapes]}
         log(f"cloud: {sum(result.rows.values())} rows in {result.seconds:.1f} s")
+        self._seal()
         self.summary_path.write_text(json.dumps(summary))
         return summary
 
