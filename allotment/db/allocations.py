@@ -232,9 +232,9 @@ class SwapContention:
     as they first read them (``write_allocations(lock_read=True)``).
 
     Those writes lose no swap, so a race still going on shows itself again
-    by the first swap lost once they are spent: one lost swap in a few
-    hundred writes where a quarter of them were lost (16 clients claiming
-    against 2,000 flat providers).  A process whose writes meet no other
+    by the first swap lost once they are spent: 16 writes run again in
+    3,200, where a quarter of them were (16 clients claiming against 2,000
+    flat providers, two processes).  A process whose writes meet no other
     writer never locks at its first read: that costs its database about
     30 us a write (the lock's record), 4% of a claim.  Kept per process,
     the counts unguarded: a lost count under threads moves the mode by a
@@ -643,10 +643,12 @@ _READ_FOR_WRITE = prepared(sa.union_all(
 # process's writes lose swaps (SwapContention), server and database spent
 # 0.94 and 0.93 of their CPU per claim in that race, and 0.92 and 0.94 in
 # the shared bench's claim race (median of 4 runs), with more claims a
-# second and a lower p95.  The locks
-# are held from this read to COMMIT rather than from the swap: one round
-# trip longer for a claim of a new consumer.  Where no other writer is
-# met the lock is a cost only (SwapContention).
+# second and a lower p95.  The locks are held from this read to COMMIT
+# rather than from the swap: one round trip longer for a claim of a new
+# consumer.  Where no other writer is met the lock is a cost only
+# (SwapContention).  A write whose lists are too long for one statement
+# locks part by part, so not in one id order: a deadlock with another
+# such write is PostgreSQL's to find, and transient (run_write retries).
 _LOCKED = (sa.select(RP.c.id, RP.c.uuid, RP.c.generation)
            .where(RP.c.id.in_(sa.union(
                sa.select(RP.c.id).where(RP.c.uuid.in_(_many("uuids"))),
