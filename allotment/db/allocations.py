@@ -611,6 +611,14 @@ def _branch(kind: str, *columns) -> sa.Select:
     return sa.select(sa.literal_column(f"'{kind}'"), *columns, *[sa.null()] * (8 - len(columns)))
 
 
+# The branches of the write's first read that look names up: the classes
+# named, and the projects, users and consumer types the new records may need.
+_BY_NAME = (
+    _branch("r", RC.c.id, RC.c.name).where(RC.c.name.in_(_many("names"))),
+    _branch("P", _P.c.id, _P.c.external_id).where(_P.c.external_id.in_(_many("projects"))),
+    _branch("U", _U.c.id, _U.c.external_id).where(_U.c.external_id.in_(_many("users"))),
+    _branch("T", _T.c.id, _T.c.name).where(_T.c.name.in_(_many("types"))),
+)
 # Everything a write reads before it changes anything, in one statement (one
 # round trip, and on PostgreSQL one snapshot): the consumers' records and
 # rows, the providers named and those the consumers hold allocations
@@ -624,10 +632,7 @@ _READ_FOR_WRITE = prepared(sa.union_all(
     _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.uuid.in_(_many("uuids"))),
     _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.id.in_(
         sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids"))))),
-    _branch("r", RC.c.id, RC.c.name).where(RC.c.name.in_(_many("names"))),
-    _branch("P", _P.c.id, _P.c.external_id).where(_P.c.external_id.in_(_many("projects"))),
-    _branch("U", _U.c.id, _U.c.external_id).where(_U.c.external_id.in_(_many("users"))),
-    _branch("T", _T.c.id, _T.c.name).where(_T.c.name.in_(_many("types"))),
+    *_BY_NAME,
 ))
 
 
@@ -658,7 +663,7 @@ _READ_FOR_WRITE_LOCKING = prepared(sa.union_all(
     _CONSUMERS_AND_ROWS.selects[0],
     _CONSUMERS_AND_ROWS.selects[1],
     _branch("p", _LOCKED.c.id, _LOCKED.c.uuid, _LOCKED.c.generation),
-    *_READ_FOR_WRITE.selects[4:],
+    *_BY_NAME,
 ))
 
 
