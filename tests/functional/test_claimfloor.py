@@ -1,0 +1,52 @@
+"""tools/claimfloor: the database's CPU for a hand-written claim, at a pace.
+
+The tool is a yardstick for Allotment's own claims (docs/performance.md,
+"The floor of a claim"), so what it sends must be a whole claim each
+time: one consumer and three allocation rows, on the Placement layout
+alone and on the same cloud taken over by Allotment, whose triggers note
+each write and whose log is folded as Allotment folds it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import BACKEND, SERVER_URLS
+
+pytestmark = [
+    pytest.mark.skipif(BACKEND != "postgresql", reason="pgbench claims on PostgreSQL"),
+    pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench (PostgreSQL's client tools) not installed"),
+]
+
+
+def _tool():
+    """The tool's module (a folder run as ``python tools/claimfloor``)."""
+    path = Path(__file__).resolve().parents[2] / "tools" / "claimfloor" / "__main__.py"
+    spec = importlib.util.spec_from_file_location("claimfloor", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layouts():
+    claimfloor = _tool()
+    server = SERVER_URLS["postgresql"].format(name="").rstrip("/")
+    runs = claimfloor.main(["--server", server, "--roots", "20", "--clients", "1", "--clients", "3",
+                            "--claims", "600", "--providers", "4"])
+    assert [(run["variant"], run["clients"]) for run in runs] == [
+        ("bare", 1), ("allotment", 1), ("bare", 3), ("allotment", 3)]
+    for run in runs:
+        # The tool refuses a run whose rows are not one consumer and three
+        # allocations a claim; without folds, every transaction is a claim.
+        assert run["claims"] == 600 or (run["variant"] == "allotment" and 580 <= run["claims"] < 600), run
+        assert run["db_cpu_ms_per_claim"] > 0, run
+    admin = sa.create_engine(f"{server}/postgres")
+    with admin.connect() as conn:
+        left = conn.exec_driver_sql("SELECT datname FROM pg_database WHERE datname LIKE 'claimfloor%%'").all()
+    admin.dispose()
+    assert left == [], "the tool drops the clouds and copies it made"
