@@ -33,9 +33,19 @@ def _tool():
     return module
 
 
+def _databases(server: str) -> set[str]:
+    admin = sa.create_engine(f"{server}/postgres")
+    try:
+        with admin.connect() as conn:
+            return {row[0] for row in conn.exec_driver_sql("SELECT datname FROM pg_database")}
+    finally:
+        admin.dispose()
+
+
 def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layouts():
     claimfloor = _tool()
     server = SERVER_URLS["postgresql"].format(name="").rstrip("/")
+    before = _databases(server)
     runs = claimfloor.main(["--server", server, "--roots", "20", "--clients", "1", "--clients", "3",
                             "--claims", "600", "--providers", "4"])
     assert [(run["variant"], run["clients"]) for run in runs] == [
@@ -45,8 +55,4 @@ def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layou
         # allocations a claim; without folds, every transaction is a claim.
         assert run["claims"] == 600 or (run["variant"] == "allotment" and 580 <= run["claims"] < 600), run
         assert run["db_cpu_ms_per_claim"] > 0, run
-    admin = sa.create_engine(f"{server}/postgres")
-    with admin.connect() as conn:
-        left = conn.exec_driver_sql("SELECT datname FROM pg_database WHERE datname LIKE 'claimfloor%%'").all()
-    admin.dispose()
-    assert left == [], "the tool drops the clouds and copies it made"
+    assert _databases(server) - before == set(), "the tool drops the clouds and copies it made"
