@@ -81,12 +81,12 @@ def log(message: str) -> None:
 class Clouds:
     """The two templates (``bare``, ``allotment``) of one cloud, and copies."""
 
-    def __init__(self, server: str, shapes: list[tuple[str, int]], seed: int):
+    def __init__(self, server: str, shapes: list[tuple[str, int]], seed: int, full_first: float = 0.0):
         self.server = server.rstrip("/")
         tag = "_".join(f"{shape}{count}" for shape, count in shapes)
         run = uuidlib.uuid4().hex[:6]  # runs side by side (tests) keep apart
         self.names = {variant: f"claimfloor_{tag}_s{seed}_{run}_{variant}" for variant in VARIANTS}
-        self.shapes, self.seed = shapes, seed
+        self.shapes, self.seed, self.full_first = shapes, seed, full_first
         self.admin = sa.create_engine(f"{self.server}/postgres", isolation_level="AUTOCOMMIT")
 
     def url(self, name: str) -> str:
@@ -101,7 +101,7 @@ class Clouds:
             self._drop(name)
             with self.admin.connect() as conn:
                 conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-            cloud.generate(self.url(name), cloud.Spec(self.shapes, self.seed, 0.0),
+            cloud.generate(self.url(name), cloud.Spec(self.shapes, self.seed, self.full_first),
                            placement_only=variant == "bare")
             log(f"cloud {self.shapes} (seed {self.seed}) generated into {name}")
 
@@ -118,6 +118,13 @@ class Clouds:
         for name in self.names.values():
             self._drop(name)
         self.admin.dispose()
+
+
+def write_scripts(directory: Path, providers: int) -> Path:
+    """The claim's and the fold's pgbench scripts, in ``directory``."""
+    (directory / "claim.sql").write_text(CLAIM.format(providers=providers))
+    (directory / "fold.sql").write_text(_fold())
+    return directory
 
 
 def _cpu_ticks(pid: int) -> tuple[int, int] | None:
@@ -231,9 +238,7 @@ def main(argv=None) -> list[dict]:
     try:
         clouds.make()
         with tempfile.TemporaryDirectory(prefix="claimfloor-") as tmp:
-            scripts = Path(tmp)
-            (scripts / "claim.sql").write_text(CLAIM.format(providers=providers))
-            (scripts / "fold.sql").write_text(_fold())
+            scripts = write_scripts(Path(tmp), providers)
             for _ in range(args.rounds):
                 for clients in args.clients or [1, 16]:
                     for rate in args.rate or [0.0]:

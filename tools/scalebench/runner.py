@@ -27,7 +27,10 @@ backends' CPU per request, ``--vs`` with alternating blocks):
     (over capacity, lost and phantom writes);
 ``claims``
     C clients each claiming K times, as the bench's claim race: server
-    (and database) CPU per claim, then the same checks;
+    (and database) CPU per claim, then the same checks; with
+    ``--claim-floor`` (PostgreSQL, flat clouds), then ``tools/claimfloor``'s
+    least claim transaction at each server's pace and client count, and
+    each server's database CPU per claim against it;
 ``statements``
     in process, without HTTP: the statements one claim sends (its
     ``GET /allocation_candidates?...&limit=10`` and its ``PUT``), listed,
@@ -912,6 +915,50 @@ def claims(servers: list[Server], sampler: Sampler, args) -> dict:
     return result
 
 
+def claim_floor(claimed: dict, args) -> dict:
+    """After the claims (servers stopped): ``tools/claimfloor``'s least claim
+    transaction, on Placement's layout and on Allotment's, at each server's
+    pace and with its clients, on a flat cloud like the run's, and each
+    server's database CPU per claim against the floor of Allotment's
+    layout.  Its claims draw from the first 10 providers when there are
+    several clients (the race's claims take one of the 10 candidates of
+    ``limit=10``, from the front of the cloud as it fills)."""
+    import importlib.util
+    import types
+
+    if args.db != "postgresql" or any(shape != "flat" for shape, _ in args.cloud):
+        raise SystemExit("--claim-floor: PostgreSQL and a flat cloud only (the floor's claim takes a flat host)")
+    spec = importlib.util.spec_from_file_location("claimfloor", REPO / "tools" / "claimfloor" / "__main__.py")
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    roots = sum(count for _, count in args.cloud)
+    clouds = floor.Clouds(args.pg_url.format(name="").rstrip("/"), [("flat", roots)], args.seed, args.full_first)
+    options = types.SimpleNamespace(seconds=10, claims=0, pgbench=shutil.which("pgbench") or "pgbench")
+    providers = min(10, roots) if args.claim_clients > 1 else roots
+    result: dict = {"providers": providers}
+    try:
+        clouds.make()
+        with tempfile.TemporaryDirectory(prefix="claimfloor-") as tmp:
+            scripts = floor.write_scripts(Path(tmp), providers)
+            for label, res in claimed.items():
+                if not isinstance(res, dict) or not res.get("claims_per_s") or res.get("db_cpu_ms_per_claim") is None:
+                    continue
+                rate = round(res["claims_per_s"])
+                runs = {variant: floor.run(clouds, variant, args.claim_clients, rate, options, scripts)
+                        for variant in floor.VARIANTS}
+                ratio = round(res["db_cpu_ms_per_claim"] / runs["allotment"]["db_cpu_ms_per_claim"], 2)
+                result[label] = {"rate": rate, **{f"{variant}_db_cpu_ms_per_claim": run["db_cpu_ms_per_claim"]
+                                                  for variant, run in runs.items()},
+                                 "db_cpu_ms_per_claim": res["db_cpu_ms_per_claim"], "to_allotment_floor": ratio}
+                log(f"{label} claim floor at {rate}/s, {args.claim_clients} clients: database CPU per claim "
+                    f"{res['db_cpu_ms_per_claim']} ms, {ratio}x the least claim transaction on Allotment's layout "
+                    f"({runs['allotment']['db_cpu_ms_per_claim']} ms; "
+                    f"{runs['bare']['db_cpu_ms_per_claim']} ms on Placement's alone)")
+    finally:
+        clouds.close()
+    return result
+
+
 def _print_claims(label: str, res: dict, prefix: str = "claims") -> None:
     cpu = f"{res.get('server_cpu_ms_per_claim')}" + (f" + db {res['db_cpu_ms_per_claim']}"
                                                       if res.get("db_cpu_ms_per_claim") is not None else "")
@@ -1222,6 +1269,10 @@ def parse_args(argv):
     p.add_argument("--claims-per-client", type=int, default=25)
     p.add_argument("--claim-rounds", type=int, default=1,
                    help="claims: each server's claims in this many blocks, the servers taking turns")
+    p.add_argument("--claim-floor", action="store_true",
+                   help="claims, PostgreSQL, flat clouds: then the least transaction a claim needs "
+                        "(tools/claimfloor), at each server's pace and client count, and each server's "
+                        "database CPU per claim against it")
     p.add_argument("--statement-claims", type=int, default=200)
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--cache-dir", default=os.environ.get("SCALEBENCH_CACHE", "/tmp/scalebench-cache"),
@@ -1291,6 +1342,9 @@ def main(argv=None) -> int:
             sampler.close()
             for server in servers:
                 server.stop()
+        if "claims" in report and args.claim_floor:
+            yardstick(report, "claim floor")
+            report["claim_floor"] = claim_floor(report["claims"], args)
         for section in ("stream", "claims"):
             for label, res in report.get(section, {}).items():
                 if not isinstance(res, dict):
