@@ -926,8 +926,6 @@ def claim_floor(claimed: dict, args) -> dict:
     import importlib.util
     import types
 
-    if args.db != "postgresql" or any(shape != "flat" for shape, _ in args.cloud):
-        raise SystemExit("--claim-floor: PostgreSQL and a flat cloud only (the floor's claim takes a flat host)")
     spec = importlib.util.spec_from_file_location("claimfloor", REPO / "tools" / "claimfloor" / "__main__.py")
     floor = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(floor)
@@ -1284,6 +1282,8 @@ def parse_args(argv):
     args.cloud = [(shape, int(roots)) for shape, _, roots in (item.partition("=") for item in args.cloud)] \
         or [("nested", 2000)]
     args.scenario = args.scenario or ["first-read", "reads"]
+    if args.claim_floor and (args.db != "postgresql" or any(shape != "flat" for shape, _ in args.cloud)):
+        p.error("--claim-floor: PostgreSQL and a flat cloud only (the floor's claim takes a flat host)")
     return args
 
 
