@@ -619,6 +619,10 @@ _BY_NAME = (
     _branch("U", _U.c.id, _U.c.external_id).where(_U.c.external_id.in_(_many("users"))),
     _branch("T", _T.c.id, _T.c.name).where(_T.c.name.in_(_many("types"))),
 )
+# The providers a write swaps: those named, and those its consumers hold
+# allocations against (by their ids).
+_NAMED = RP.c.uuid.in_(_many("uuids"))
+_HELD = sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids")))
 # Everything a write reads before it changes anything, in one statement (one
 # round trip, and on PostgreSQL one snapshot): the consumers' records and
 # rows, the providers named and those the consumers hold allocations
@@ -629,9 +633,8 @@ _READ_FOR_WRITE = prepared(sa.union_all(
     _CONSUMERS_AND_ROWS.selects[1],
     # Providers named, and (a second branch: an OR would scan the table)
     # those held; one held and named comes twice, the same row.
-    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.uuid.in_(_many("uuids"))),
-    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.id.in_(
-        sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids"))))),
+    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(_NAMED),
+    _branch("p", RP.c.id, RP.c.uuid, RP.c.generation).where(RP.c.id.in_(_HELD)),
     *_BY_NAME,
 ))
 
@@ -655,9 +658,7 @@ _READ_FOR_WRITE = prepared(sa.union_all(
 # locks part by part, so not in one id order: a deadlock with another
 # such write is PostgreSQL's to find, and transient (run_write retries).
 _LOCKED = (sa.select(RP.c.id, RP.c.uuid, RP.c.generation)
-           .where(RP.c.id.in_(sa.union(
-               sa.select(RP.c.id).where(RP.c.uuid.in_(_many("uuids"))),
-               sa.select(ALLOC.c.resource_provider_id).where(ALLOC.c.consumer_id.in_(_many("held_uuids"))))))
+           .where(RP.c.id.in_(sa.union(sa.select(RP.c.id).where(_NAMED), _HELD)))
            .order_by(RP.c.id).with_for_update(key_share=True).cte("locked").prefix_with("MATERIALIZED"))
 _READ_FOR_WRITE_LOCKING = prepared(sa.union_all(
     _CONSUMERS_AND_ROWS.selects[0],
