@@ -107,8 +107,7 @@ class Clouds:
 
     def copy(self, variant: str) -> str:
         name = f"claimfloor_run_{uuidlib.uuid4().hex[:8]}"
-        with self.admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{self.names[variant]}"')
+        cloud.pg_copy(self.admin, self.names[variant], name)
         return name
 
     def drop(self, name: str) -> None:

@@ -439,6 +439,27 @@ def _analyze(engine: sa.Engine) -> None:
         raw.close()
 
 
+def pg_copy(admin: sa.Engine, template: str, name: str) -> None:
+    """PostgreSQL: database ``name``, a copy of the generated cloud in
+    ``template``, through ``admin`` (an AUTOCOMMIT engine on another
+    database).  Autovacuum may be at a template just written for a while,
+    and a copy waits for no one: its workers on that database are stopped
+    (they come back later) and the copy tried again, for two minutes."""
+    for attempt in range(120):
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            return
+        except sa.exc.OperationalError as error:
+            if "being accessed by other users" not in str(error) or attempt == 119:
+                raise
+            with admin.connect() as conn:
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                    "AND backend_type = 'autovacuum worker'", (template,))
+            time.sleep(1)
+
+
 def generate(url: str, spec: Spec, *, placement_only: bool = False, log=lambda message: None) -> Result:
     """Write the cloud of ``spec`` into the empty database at ``url``.
 

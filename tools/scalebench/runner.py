@@ -258,21 +258,7 @@ class CloudStore:
         else:
             engine = self._admin()
             try:
-                for attempt in range(120):  # autovacuum may be at the new template a while
-                    try:
-                        with engine.connect() as conn:
-                            conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{self.name}"')
-                        break
-                    except sa.exc.OperationalError as error:
-                        if "being accessed by other users" not in str(error) or attempt == 119:
-                            raise
-                        # Autovacuum at the new template's tables: stopped (it
-                        # comes back later), on this database only.
-                        with engine.connect() as conn:
-                            conn.exec_driver_sql(
-                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                                "AND backend_type = 'autovacuum worker'", (self.name,))
-                        time.sleep(1)
+                cloud.pg_copy(engine, self.name, name)
             finally:
                 engine.dispose()
         self.copies.append(name)
