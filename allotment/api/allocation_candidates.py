@@ -95,7 +95,9 @@ def list_allocation_candidates(req: Request) -> webob.Response:
            conf.max_allocation_candidates, conf.allocation_candidates_generation_strategy)
     # The number alone first: a single statement, which is all a reused
     # answer needs (equal numbers: nothing it depends on was written since
-    # it was computed).
+    # it was computed).  The writes the mirror knows of are marked before.
+    mirror = req.app.state.mirror
+    known = mirror.mark() if mirror is not None else None
     number, compact_due = changes.current_number(req.app.db.engine)
     answer = cache.get(key, number)
     if answer is None:
@@ -108,7 +110,7 @@ def list_allocation_candidates(req: Request) -> webob.Response:
                 read, due = changes.read_number(conn)
             request = parse_query(req)
             with gc_paused():
-                found = _found(req, conn, request, read if mirrored else None)
+                found = _found(req, conn, request, read if mirrored else None, known)
                 return read, due, answer_cache.Answer(orjson.dumps(_shaped(req, request, found)),
                                                       len(found.allocation_requests), _capped(req, found))
 
@@ -158,12 +160,14 @@ def parse_query(req: Request) -> AllocationCandidatesRequest:
     return request
 
 
-def find(req: Request, conn, request: AllocationCandidatesRequest, *,
-         lenient: bool = False, number: int | None = None) -> tuple[db.Names, solver.AllocationCandidates]:
+def find(req: Request, conn, request: AllocationCandidatesRequest, *, lenient: bool = False,
+         number: int | None = None, known: int | None = None) -> tuple[db.Names, solver.AllocationCandidates]:
     """The names of the request and its answer, read with ``conn`` (the
     same steps for an answer and for an explanation).  ``number``: the
     change number read first in ``conn``'s transaction, when the answer
-    may come from the process's mirror of every provider.
+    may come from the process's mirror of every provider; ``known``: the
+    mirror's mark taken before it was read (see
+    :meth:`~allotment.db.provider_mirror.ProviderMirror.mark`).
 
     An unknown resource class or trait is a 400.  With ``lenient`` (the
     answer, as Placement gives it), an unknown name in a group is not
@@ -174,7 +178,7 @@ def find(req: Request, conn, request: AllocationCandidatesRequest, *,
     if mirror is None or number is None:
         names, mirrored = _names(req, conn, request, number), None
     else:
-        names, mirrored = _mirrored_names(req, conn, request, number, mirror)
+        names, mirrored = _mirrored_names(req, conn, request, number, known, mirror)
     problem = db.first_unknown(request, names.class_ids, names.trait_ids)
     if problem is not None:
         index, error = problem
@@ -207,7 +211,7 @@ def _names(req: Request, conn, request: AllocationCandidatesRequest, number: int
     return names
 
 
-def _mirrored_names(req: Request, conn, request: AllocationCandidatesRequest, number: int,
+def _mirrored_names(req: Request, conn, request: AllocationCandidatesRequest, number: int, known: int | None,
                     mirror) -> tuple[db.Names, Mirrored | None]:
     """The request's names and the mirror of every provider brought to
     ``conn``'s number (None: this request reads the database).
@@ -221,18 +225,18 @@ def _mirrored_names(req: Request, conn, request: AllocationCandidatesRequest, nu
     the lineage from then on (only an update or a delete in a table of
     names removes one, and the database notes those as a change of
     everything, which starts a new lineage)."""
-    known = mirror.known_names()
-    seen = None if known is None else known.covering(request)
+    names_known = mirror.known_names()
+    seen = None if names_known is None else names_known.covering(request)
     if seen is not None:
-        mirrored = mirror.snapshot(conn, number)
-        if mirrored is not None and mirrored.names is known:
-            return known.names(request, mirrored.snapshot, seen), mirrored
+        mirrored = mirror.snapshot(conn, number, known)
+        if mirrored is not None and mirrored.names is names_known:
+            return names_known.names(request, mirrored.snapshot, seen), mirrored
         # Every provider was read again since (or this request reads the
         # database): the names are read before the snapshot is taken again.
     names = _names(req, conn, request, number)
-    mirrored = mirror.snapshot(conn, number)
-    if mirrored is not None and mirrored.names is known:
-        known.learn(names)
+    mirrored = mirror.snapshot(conn, number, known)
+    if mirrored is not None and mirrored.names is names_known:
+        names_known.learn(names)
     return names, mirrored
 
 
@@ -311,8 +315,9 @@ def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
     def found_in(conn, mirrored: bool) -> tuple:
         # Read even without a mirror: it tells when the PostgreSQL log is due
         # to be folded, which nothing else would do without reused answers.
+        known = mirror.mark() if mirror is not None else None
         number, compact_due = changes.read_number(conn)
-        return compact_due, _found(req, conn, request, number if mirror is not None and mirrored else None)
+        return compact_due, _found(req, conn, request, number if mirror is not None and mirrored else None, known)
 
     compact_due, found = _in_read(req, found_in)
     if compact_due:
@@ -323,8 +328,8 @@ def _answer(req: Request, request: AllocationCandidatesRequest) -> dict:
 
 
 def _found(req: Request, conn, request: AllocationCandidatesRequest,
-           number: int | None) -> solver.AllocationCandidates:
-    _, found = find(req, conn, request, lenient=True, number=number)
+           number: int | None, known: int | None = None) -> solver.AllocationCandidates:
+    _, found = find(req, conn, request, lenient=True, number=number, known=known)
     return found
 
 

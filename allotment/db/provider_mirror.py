@@ -261,22 +261,37 @@ class ProviderMirror:
         self.too_big = False
         #: Times the database was seen gone back in time or replaced.
         self.rebuilds = 0
-        #: This process's committed writes not yet followed, by
-        #: the change number each began from (see :meth:`wrote`).
-        self._own: dict[int, changes.OwnWrite] = {}
+        #: This process's committed writes not yet followed, each with the
+        #: :meth:`mark` it is known from (see :meth:`wrote`); guarded by
+        #: ``_known_lock``, which is never held while the database is read.
+        self._own: list[tuple[int, changes.OwnWrite]] = []
+        self._marks = 0
+        self._known_lock = threading.Lock()
         #: Such writes the mirror followed without reading (for tests).
         self.own_writes_followed = 0
         #: Writes told and followed lately, and writes asked about (see
         #: :meth:`wants_own_writes`).
         self._told, self._followed, self._asked = 0, 0, 0
 
-    def snapshot(self, conn: Connection, number: int | None) -> Mirrored | None:
+    def mark(self) -> int:
+        """Which of this process's committed writes are known now: taken
+        before a request reads its change number and given to
+        :meth:`snapshot`, which then follows only those.  Each committed
+        before the number was read, so the request's snapshot holds it; a
+        write told later may have committed after that snapshot was taken,
+        and following it there would show the mirror a write the number
+        does not count in place of one it does (see :meth:`wrote`)."""
+        return self._marks
+
+    def snapshot(self, conn: Connection, number: int | None, known: int | None = None) -> Mirrored | None:
         """Every provider as ``conn``'s transaction sees them, with the
         results kept from them, ``number`` being the change number read
         first in it; None when the caller
         must read the database itself (no trustworthy number, too many
         providers).  :class:`MirrorAhead` when the mirror is past this
-        transaction (SQLite)."""
+        transaction (SQLite).  ``known``: the :meth:`mark` taken before
+        ``number`` was read (None: no committed write is followed; the
+        providers changed are read)."""
         if number is None or self.too_big:
             return None
         state = self._state
@@ -287,8 +302,8 @@ class ProviderMirror:
             state = self._state
             if state is not None and state[0] == number:
                 return state[1]
-            if state is not None and self._own:
-                followed = self._follow_own_writes(state, number)
+            if state is not None and known is not None and self._own:
+                followed = self._follow_own_writes(state, number, known)
                 if followed is not None:
                     return followed
             if conn.dialect.name == "postgresql":
@@ -338,44 +353,47 @@ class ProviderMirror:
         """Told of a write this process has committed: kept until the mirror
         passes the number it began from.
 
-        Why following it is exact: the write began from number *n* (its
-        last statement saw *n* commits, itself not among them), so it is at
-        least the (*n* + 1)-th commit.  When a request finds the number at
-        *n* + *k* with the mirror at *n*, and this process committed writes
-        that began from *n*, *n* + 1, ... *n* + *k* - 1, those *k* commits
-        are all among the first *n* + *k* and none among the first *n*: they
-        are commits *n* + 1 to *n* + *k*, each the one right after what the
-        previous ones left.  Each saw the database as the mirror followed
-        it up to there, so the mirror with each write's generations and
-        records in turn is what reading the providers would give.  Any
-        other commit between takes a slot, and the mirror reads as before.
-        On SQLite, which runs one write transaction at a time, a write read
-        the number before and after its writes, in its transaction: a
-        mirror at the first is at the second with the write's changes.
+        Why following such writes is exact: a write that began from number
+        *n* saw *n* commits, itself not among them, so it is commit *n* + 1
+        or later.  One known at a request's :meth:`mark` had committed
+        before the request read its number *N*, so it is among the first
+        *N*.  With the mirror at *M*, the known writes that began from *M*
+        or later are thus among commits *M* + 1 to *N*; when there are
+        *N* - *M* of them (on SQLite, where a write counts each row it
+        wrote and writes run one at a time, when their counts add up to
+        *N* - *M*), they are all of those commits.  Applied in the order
+        they began, each provider ends with the generation and records of
+        the last of them that wrote to it: two writes to one provider both
+        swap its generation, so the later one read it after the earlier one
+        had committed (else its swap fails), usage included, and nothing
+        else wrote between.  Any other commit takes a place, and the
+        mirror reads the providers changed as before.
         """
-        own = self._own
-        if len(own) < OWN_WRITES_KEPT:
-            own[write.number] = write
+        with self._known_lock:
+            self._know(write)
         self._told += 1
         if self._told >= OWN_WRITES_WINDOW:
             self._told, self._followed = self._told // 2, self._followed // 2
 
-    def _follow_own_writes(self, state: tuple, number: int) -> Mirrored | None:
-        """The mirror of ``state`` after this process's writes that take it
-        to ``number`` exactly (see :meth:`wrote`); None when they do not
-        (another commit came between, or a provider or class it does not
-        know)."""
-        at, own = state[0], self._own
+    def _know(self, write: changes.OwnWrite) -> None:
+        """Keep a committed ``write`` (``_known_lock`` held), known from the next mark on."""
+        if len(self._own) < OWN_WRITES_KEPT:
+            self._marks += 1
+            self._own.append((self._marks, write))
+
+    def _follow_own_writes(self, state: tuple, number: int, known: int) -> Mirrored | None:
+        """The mirror of ``state`` after the committed writes known at mark
+        ``known`` that take it to ``number`` exactly (see :meth:`wrote`);
+        None when they do not (another commit came between, or a provider
+        or class it does not know)."""
+        at = state[0]
         if number <= at or not changes.same_history(at, number):
             return None
-        chain = []
-        while at < number:
-            write = own.get(at)
-            if write is None or len(chain) == len(own):
-                return None
-            chain.append(write)
-            at = write.after
-        if at != number:
+        with self._known_lock:
+            chain = sorted((write for mark, write in self._own
+                            if mark <= known and at <= write.number < number
+                            and changes.same_history(at, write.number)), key=lambda write: write.number)
+        if sum(write.after - write.number for write in chain) != number - at:
             return None
         snapshot, class_names = state[1].snapshot, self._class_names
         if class_names is None:
@@ -424,7 +442,8 @@ class ProviderMirror:
             return
         LOG.warning("%s: reading every resource provider again", reason)
         self.rebuilds += 1
-        self._own.clear()
+        with self._known_lock:
+            self._own = []
         self._caches.forget()
 
     def _keep(self, number: int, mirrored: Mirrored | None, notes) -> Mirrored | None:
@@ -433,11 +452,10 @@ class ProviderMirror:
             self.too_big, self._state, self._kept, self._inventories = True, None, {}, {}
             return None
         self._state = (number, mirrored, notes)
-        own = self._own
-        if own:  # writes the mirror has passed, or of another database
-            for began in list(own):
-                if began < number or not changes.same_history(began, number):
-                    own.pop(began, None)
+        if self._own:  # drop the writes the mirror has passed, or of another database
+            with self._known_lock:
+                self._own = [(mark, write) for mark, write in self._own
+                             if write.number >= number and changes.same_history(write.number, number)]
         return mirrored
 
     def _changed(self, conn: Connection, state: tuple | None, changed: set[int] | None) -> Mirrored | None:
