@@ -515,9 +515,9 @@ class OwnWrite:
     ``number``: the change number the write began from.  On PostgreSQL,
     what the write's last statement saw, without the write
     (:func:`pg_began_from`): the write commits after that statement began,
-    so it is at least the ``number + 1``-th commit, and a read that then
-    finds the number at ``number + 1`` knows it to be exactly that
-    (see :meth:`allotment.db.provider_mirror.ProviderMirror.wrote`).  On
+    so it is at least the ``number + 1``-th commit, and a read that knew of
+    it before it found the number at ``number + 1`` knows it to be exactly
+    that (see :meth:`allotment.db.provider_mirror.ProviderMirror.wrote`).  On
     SQLite, which runs one write transaction at a time, the number read in
     the write's transaction before it wrote.  ``after``: the number the
     write left (PostgreSQL: ``number + 1``; SQLite: read after its writes,
