@@ -917,7 +917,8 @@ def claim_floor(claimed: dict, args) -> dict:
     spec.loader.exec_module(floor)
     roots = sum(count for _, count in args.cloud)
     clouds = floor.Clouds(args.pg_url.format(name="").rstrip("/"), [("flat", roots)], args.seed, args.full_first)
-    options = types.SimpleNamespace(seconds=10, claims=0, pgbench=shutil.which("pgbench") or "pgbench")
+    options = types.SimpleNamespace(seconds=args.claim_floor_seconds, claims=0,
+                                    pgbench=shutil.which("pgbench") or "pgbench")
     providers = min(10, roots) if args.claim_clients > 1 else roots
     result: dict = {"providers": providers}
     try:
@@ -1257,6 +1258,8 @@ def parse_args(argv):
                    help="claims, PostgreSQL, flat clouds: then the least transaction a claim needs "
                         "(tools/claimfloor), at each server's pace and client count, and each server's "
                         "database CPU per claim against it")
+    p.add_argument("--claim-floor-seconds", type=int, default=10,
+                   help="--claim-floor: seconds of each run of the floor (two a server)")
     p.add_argument("--statement-claims", type=int, default=200)
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--cache-dir", default=os.environ.get("SCALEBENCH_CACHE", "/tmp/scalebench-cache"),
