@@ -527,7 +527,9 @@ class OwnWrite:
     statement read it with the write's own usage added (provider id, class
     id, total, reserved, min_unit, max_unit, step_size, allocation_ratio,
     used), for every (provider, class) whose usage it changed.  Nothing
-    else of a provider changed."""
+    else of a provider changed, and the write swapped the generation of
+    every provider in ``records`` (a mirror follows no write that did not:
+    a later write's swap is what orders two writes to one provider)."""
 
     number: int
     generations: Mapping[int, int]

@@ -28,9 +28,10 @@ by reading again only the providers noted since:
   reads everything again;
 * a write of this process that knows all it changed (a new consumer's
   claim: :class:`allotment.db.changes.OwnWrite`) tells the mirror so once
-  committed; while no other write has committed since the mirror's
-  number, the next request finds the number the write left and the mirror
-  follows it without reading the providers again (:meth:`ProviderMirror.wrote`);
+  committed; a request that knew of such writes before it read its number
+  (:meth:`ProviderMirror.mark`), when they account for every commit since
+  the mirror's number, has the mirror follow them without reading the
+  providers again (:meth:`ProviderMirror.wrote`);
 * so does a database that is not the one the mirror was read from, or
   that went back in time (a restored backup, a point-in-time recovery, a
   promoted replica that had not received the last writes): its change
@@ -365,9 +366,12 @@ class ProviderMirror:
         they began, each provider ends with the generation and records of
         the last of them that wrote to it: two writes to one provider both
         swap its generation, so the later one read it after the earlier one
-        had committed (else its swap fails), usage included, and nothing
-        else wrote between.  Any other commit takes a place, and the
-        mirror reads the providers changed as before.
+        had committed (else its swap fails), usage included.  Any other
+        commit (one that only removed allocations, say, after a claim's
+        statement read the usage) is one not known: the count falls short,
+        and the mirror reads the providers changed as before.  This holds
+        for writes that swapped the generation of every provider whose
+        records they carry, which :meth:`_follow_own_writes` checks.
         """
         with self._known_lock:
             self._know(write)
@@ -403,7 +407,9 @@ class ProviderMirror:
             by_provider: dict[int, list[tuple]] = {}
             for (pid, _), record in write.records.items():
                 by_provider.setdefault(pid, []).append(record)
-            for pid in write.generations.keys() | by_provider.keys():
+            if not by_provider.keys() <= write.generations.keys():
+                return None  # usage changed where no generation was swapped: see wrote()
+            for pid in write.generations.keys():
                 provider = changed.get(pid)
                 if provider is None:
                     if pid not in snapshot:

@@ -893,6 +893,29 @@ def test_the_mirror_follows_its_own_claims(db_url, monkeypatch):
         application.db.dispose()
 
 
+@pytest.mark.skipif(BACKEND not in changes.NOTING_BACKENDS, reason="no provider mirror on MySQL / MariaDB")
+@pytest.mark.parametrize("cache_mb", [8, 0], ids=["answers kept", "answers computed"])
+def test_a_request_marks_the_writes_it_knows_before_it_reads_the_number(db_url, monkeypatch, cache_mb):
+    """The mirror follows a write only if the request knew of it before it
+    read its change number (ProviderMirror.mark): a write told after may
+    have committed after that number, in place of another writer's."""
+    from allotment.api import allocation_candidates as candidates_api
+
+    application = _application(db_url, cache_mb)
+    calls: list[str] = []
+    mirror = application.state.mirror
+    marked = mirror.mark
+    current, read = candidates_api.changes.current_number, candidates_api.changes.read_number
+    monkeypatch.setattr(mirror, "mark", lambda: calls.append("mark") or marked())
+    monkeypatch.setattr(candidates_api.changes, "current_number", lambda engine: calls.append("number") or current(engine))
+    monkeypatch.setattr(candidates_api.changes, "read_number", lambda conn: calls.append("number") or read(conn))
+    try:
+        assert _answer(ApiClient(application), "resources=VCPU:1", "1.39")[0] == 200
+    finally:
+        application.db.dispose()
+    assert calls and calls[0] == "mark" and "number" in calls, calls
+
+
 def test_writes_tell_the_mirror_while_it_follows_them():
     """Finding out what a write changed costs the write: it is asked for
     while the mirror follows at least half of the writes told, and only as

@@ -91,3 +91,59 @@ def test_without_a_mark_nothing_is_followed(monkeypatch):
     mirror.wrote(_claim(10, 1, 4))
     mirror.snapshot(POSTGRESQL, HISTORY + 11)
     assert made == ["read"]
+
+
+def test_writes_to_one_provider_are_applied_in_the_order_they_began(monkeypatch):
+    """The later write read the provider after the earlier had committed:
+    its generation and usage are the provider's, whatever order they were
+    told in."""
+    mirror, made = _mirror(monkeypatch)
+    later = changes.OwnWrite(HISTORY + 11, {1: 3}, {(1, VCPU): (1, VCPU, 8, 0, 1, 8, 1, 1.0, 6)},
+                             after=HISTORY + 12)
+    mirror.wrote(later)
+    mirror.wrote(_claim(10, 1, 4))
+    mirror.snapshot(POSTGRESQL, HISTORY + 12, mirror.mark())
+    assert made == [{1: (3, 6)}]
+
+
+def test_a_write_that_began_below_the_mirror_takes_no_place(monkeypatch):
+    """A write that began from 9 may be in the mirror at 10 already: with
+    one from 10, two known writes are not the two commits since 10."""
+    mirror, made = _mirror(monkeypatch)
+    mirror.wrote(_claim(9, 2, 3))
+    mirror.wrote(_claim(10, 1, 4))
+    mirror.snapshot(POSTGRESQL, HISTORY + 12, mirror.mark())
+    assert made == ["read"]
+
+
+def test_a_write_with_usage_where_it_swapped_no_generation_is_not_followed(monkeypatch):
+    mirror, made = _mirror(monkeypatch)
+    mirror.wrote(changes.OwnWrite(HISTORY + 10, {1: 2}, {(2, VCPU): (2, VCPU, 8, 0, 1, 8, 1, 1.0, 3)},
+                                  after=HISTORY + 11))
+    mirror.snapshot(POSTGRESQL, HISTORY + 11, mirror.mark())
+    assert made == ["read"]
+
+
+SQLITE = SimpleNamespace(dialect=SimpleNamespace(name="sqlite"))
+
+
+def test_sqlite_writes_count_each_row(monkeypatch):
+    """On SQLite a write moves the number by the rows it wrote (here 3,
+    from 10 to 13): followed when the number is 13, read at 14."""
+    mirror, made = _mirror(monkeypatch)
+
+    def read(conn, state, changed):
+        made.append("read")
+        return SimpleNamespace(snapshot=state[1].snapshot)
+
+    monkeypatch.setattr(provider_mirror.changes, "changed_providers", lambda conn, since, number: {1})
+    monkeypatch.setattr(mirror, "_changed", read)
+    write = changes.OwnWrite(HISTORY + 10, {1: 2}, {(1, VCPU): (1, VCPU, 8, 0, 1, 8, 1, 1.0, 4)},
+                             after=HISTORY + 13)
+    mirror.wrote(write)
+    mirror.snapshot(SQLITE, HISTORY + 14, mirror.mark())
+    assert made == ["read"]
+    mirror._state = (HISTORY + 10, mirror._state[1], HISTORY + 10)
+    mirror.wrote(write)
+    mirror.snapshot(SQLITE, HISTORY + 13, mirror.mark())
+    assert made == ["read", {1: (2, 4)}]
