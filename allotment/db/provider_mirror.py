@@ -374,16 +374,12 @@ class ProviderMirror:
         records they carry, which :meth:`_follow_own_writes` checks.
         """
         with self._known_lock:
-            self._know(write)
+            if len(self._own) < OWN_WRITES_KEPT:
+                self._marks += 1  # known from the next mark on
+                self._own.append((self._marks, write))
         self._told += 1
         if self._told >= OWN_WRITES_WINDOW:
             self._told, self._followed = self._told // 2, self._followed // 2
-
-    def _know(self, write: changes.OwnWrite) -> None:
-        """Keep a committed ``write`` (``_known_lock`` held), known from the next mark on."""
-        if len(self._own) < OWN_WRITES_KEPT:
-            self._marks += 1
-            self._own.append((self._marks, write))
 
     def _follow_own_writes(self, state: tuple, number: int, known: int) -> Mirrored | None:
         """The mirror of ``state`` after the committed writes known at mark
@@ -409,7 +405,7 @@ class ProviderMirror:
                 by_provider.setdefault(pid, []).append(record)
             if not by_provider.keys() <= write.generations.keys():
                 return None  # usage changed where no generation was swapped: see wrote()
-            for pid in write.generations.keys():
+            for pid, generation in write.generations.items():
                 provider = changed.get(pid)
                 if provider is None:
                     if pid not in snapshot:
@@ -421,9 +417,7 @@ class ProviderMirror:
                     if name is None or name not in inventories:
                         return None
                     inventories[name] = ProviderInventory(*record[2:8], used=int(record[8]))
-                changed[pid] = dataclasses.replace(
-                    provider, generation=write.generations.get(pid, provider.generation),
-                    inventories=inventories)
+                changed[pid] = dataclasses.replace(provider, generation=generation, inventories=inventories)
         try:
             mirrored = self._successor(state[1], list(changed.values()), set(changed))
         except ValueError:
