@@ -75,6 +75,16 @@ def _admin_url(template: str) -> str:
     return template.format(name="postgres" if template.startswith("postgresql") else "")
 
 
+def pg_databases() -> set[str]:
+    """The names of every database on the PostgreSQL test server."""
+    admin = sa.create_engine(_admin_url(SERVER_URLS["postgresql"]))
+    try:
+        with admin.connect() as conn:
+            return {row[0] for row in conn.exec_driver_sql("SELECT datname FROM pg_database")}
+    finally:
+        admin.dispose()
+
+
 def create_database(tmp_path_factory, label: str = "t") -> tuple[str, callable]:
     """A fresh, empty database on the selected backend: (url, drop)."""
     if BACKEND == "sqlite":

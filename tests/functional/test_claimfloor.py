@@ -14,9 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from tests.conftest import BACKEND, SERVER_URLS
+from tests.conftest import BACKEND, SERVER_URLS, pg_databases
 
 pytestmark = [
     pytest.mark.skipif(BACKEND != "postgresql", reason="pgbench claims on PostgreSQL"),
@@ -33,19 +32,10 @@ def _tool():
     return module
 
 
-def _databases(server: str) -> set[str]:
-    admin = sa.create_engine(f"{server}/postgres")
-    try:
-        with admin.connect() as conn:
-            return {row[0] for row in conn.exec_driver_sql("SELECT datname FROM pg_database")}
-    finally:
-        admin.dispose()
-
-
 def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layouts():
     claimfloor = _tool()
     server = SERVER_URLS["postgresql"].format(name="").rstrip("/")
-    before = _databases(server)
+    before = pg_databases()
     runs = claimfloor.main(["--server", server, "--roots", "20", "--clients", "1", "--clients", "3",
                             "--claims", "600", "--providers", "4"])
     assert [(run["variant"], run["clients"]) for run in runs] == [
@@ -56,5 +46,5 @@ def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layou
         assert run["claims"] == 600 or (run["variant"] == "allotment" and 580 <= run["claims"] < 600), run
         assert run["db_cpu_ms_per_claim"] > 0, run
     # Only the tool's own names: the suite's other tests make databases too, meanwhile.
-    left = {name for name in _databases(server) - before if name.startswith("claimfloor_")}
+    left = {name for name in pg_databases() - before if name.startswith("claimfloor_")}
     assert left == set(), "the tool drops the clouds and copies it made"

@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from tests.conftest import BACKEND, SERVER_URLS
+from tests.conftest import BACKEND, SERVER_URLS, pg_databases
 
 pytestmark = [
     pytest.mark.skipif(BACKEND != "postgresql", reason="--claim-floor is PostgreSQL's"),
@@ -40,15 +39,6 @@ def _runner():
     return module
 
 
-def _databases(url: str) -> set[str]:
-    admin = sa.create_engine(url.format(name="postgres"))
-    try:
-        with admin.connect() as conn:
-            return {row[0] for row in conn.exec_driver_sql("SELECT datname FROM pg_database")}
-    finally:
-        admin.dispose()
-
-
 def test_a_claim_race_is_verified_and_set_against_the_floor_at_its_pace(tmp_path):
     runner = _runner()
     url = SERVER_URLS["postgresql"]
@@ -59,7 +49,7 @@ def test_a_claim_race_is_verified_and_set_against_the_floor_at_its_pace(tmp_path
             "--claim-floor-seconds", "2", "--cache-dir", str(tmp_path / "cache"), "--json", str(tmp_path / "r.json")]
     args = runner.parse_args(argv)
     template = runner.CloudStore(args).name
-    before = _databases(url)
+    before = pg_databases()
     try:
         assert runner.main(argv) == 0
     finally:
@@ -80,5 +70,5 @@ def test_a_claim_race_is_verified_and_set_against_the_floor_at_its_pace(tmp_path
     # The server's copy, the floor's clouds and copies, and the template:
     # nothing left.  Only this run's names count (other tests make databases
     # meanwhile, test_claimfloor among them, with its own cloud and seed).
-    assert {name for name in _databases(url) - before
+    assert {name for name in pg_databases() - before
             if name.startswith((template, "claimfloor_flat30_s7_"))} == set()
