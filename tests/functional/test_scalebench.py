@@ -1,6 +1,7 @@
-"""tools/scalebench: a claim race against a live server, checked row by
-row afterwards, and ``--claim-floor``: the same race's database CPU per
-claim against tools/claimfloor's least claim at the race's pace.
+"""tools/scalebench: a claim race against a live server, in rounds,
+checked row by row afterwards, and ``--claim-floor``: the same race's
+database CPU per claim against tools/claimfloor's least claim at the
+race's pace.
 
 The figures of issue 29 come from this tool (docs/performance.md), so its
 claim race must count what the server did and verify it, and the floor
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -45,7 +47,8 @@ def test_a_claim_race_is_verified_and_set_against_the_floor_at_its_pace(tmp_path
     command = Path(sys.executable).parent / "allotment"
     serve = f"{command} serve --workers 1 --config-file {{config}} --port {{port}}"
     argv = ["--db", "postgresql", "--pg-url", url, "--cloud", "flat=30", "--seed", "7", "--serve", serve,
-            "--scenario", "claims", "--claim-clients", "4", "--claims-per-client", "15", "--claim-floor",
+            "--scenario", "claims", "--claim-clients", "4", "--claims-per-client", "15", "--claim-rounds", "3",
+            "--claim-floor",
             "--claim-floor-seconds", "2", "--cache-dir", str(tmp_path / "cache"), "--json", str(tmp_path / "r.json")]
     args = runner.parse_args(argv)
     template = runner.CloudStore(args).name
@@ -60,6 +63,13 @@ def test_a_claim_race_is_verified_and_set_against_the_floor_at_its_pace(tmp_path
     assert race["verify"] == {"over_capacity": 0, "lost": 0, "phantom": 0, "different": 0,
                               "checked_consumers": 60}
     assert race["server_cpu_ms_per_claim"] > 0 and race["db_cpu_ms_per_claim"] > 0, race
+    # Three rounds of 5 claims a client, each after a memory yardstick, and
+    # the medians of the rounds' own figures.
+    rounds = race["rounds"]
+    assert [r["claims"] for r in rounds] == [20, 20, 20], rounds
+    assert all(r["memory_yardstick_s"] > 0 for r in rounds), rounds
+    for figure in ("server_cpu_ms_per_claim", "db_cpu_ms_per_claim"):
+        assert race["median"][figure] == round(statistics.median(r[figure] for r in rounds), 2), race
     floor = report["claim_floor"]
     assert floor["providers"] == 10  # several clients: the front of the cloud, as the race's candidates
     measured = floor["A"]

@@ -146,9 +146,20 @@ def yardstick(report: dict, moment: str) -> float:
         spent.append(time.perf_counter() - started)
     seconds = round(statistics.median(spent) * 5, 3)
     report["meta"].setdefault("yardstick_s", {})[moment] = seconds
-    # The loop stays in the CPU's caches; work that walks memory (building
-    # a mirror, answering from it) slowed 1.9x one morning while the loop
-    # held still.  A second yardstick walks a dict too large for them.
+    walk, total = memory_walk()
+    report["meta"].setdefault("memory_yardstick_s", {})[moment] = walk
+    log(f"yardstick ({moment}): a loop of 10^7 additions takes {seconds:.2f} s; "
+        f"a dict of 10^6 built, updated and summed {walk:.2f} s ({total} counted)")
+    return seconds
+
+
+def memory_walk() -> tuple[float, int]:
+    """(seconds, keys counted) of the second yardstick: a dict too large
+    for the CPU's caches built, every key updated once in scattered order,
+    and summed; the median of three.  The loop of :func:`yardstick` stays in
+    the caches; work that walks memory (building a mirror, answering from
+    it, a claim) slowed 1.9x one morning while the loop held still, and 21
+    claim races followed this one (correlation 0.78)."""
     memory = []
     for _ in range(3):
         started = time.perf_counter()
@@ -158,11 +169,7 @@ def yardstick(report: dict, moment: str) -> float:
         total = sum(table.values())
         del table
         memory.append(time.perf_counter() - started)
-    walk = round(statistics.median(memory), 3)
-    report["meta"].setdefault("memory_yardstick_s", {})[moment] = walk
-    log(f"yardstick ({moment}): a loop of 10^7 additions takes {seconds:.2f} s; "
-        f"a dict of 10^6 built, updated and summed {walk:.2f} s ({total} counted)")
-    return seconds
+    return round(statistics.median(memory), 3), total
 
 
 # -- the cloud ------------------------------------------------------------------
@@ -848,7 +855,11 @@ def claims(servers: list[Server], sampler: Sampler, args) -> dict:
     the servers taking turns and the order swapped each round: with two
     servers, each round's ratio of CPU per claim compares two moments close
     together (on this machine two runs one after the other differed by up to
-    1.24x, mostly in favour of the second)."""
+    1.24x, mostly in favour of the second).  With several rounds the memory
+    yardstick (:func:`memory_walk`) is taken before each, and each server's
+    figures are given by round with their medians: a claim's CPU moved
+    1.4x between runs minutes apart, with the machine's memory speed, so a
+    target is judged on the median of several."""
     result: dict = {}
     runs = {server.label: ClaimRun(server, args, f"{args.seed}-claims") for server in servers}
     for server in servers:
@@ -859,6 +870,7 @@ def claims(servers: list[Server], sampler: Sampler, args) -> dict:
     spent = {server.label: [0.0, 0.0, None] for server in servers}  # seconds, server CPU, database CPU
     by_round: dict[str, list] = {server.label: [] for server in servers}
     for number, block in enumerate(blocks):
+        walk = memory_walk()[0] if rounds > 1 else None  # outside every sampled block
         for server in (servers if number % 2 == 0 else servers[::-1]):
             run = runs[server.label]
             done = len(run.successes)
@@ -881,15 +893,19 @@ def claims(servers: list[Server], sampler: Sampler, args) -> dict:
             ok = len(run.successes) - done
             by_round[server.label].append({
                 "claims": ok, "server_cpu_ms_per_claim": round(server_cpu * 1000 / ok, 2) if ok else None,
-                "db_cpu_ms_per_claim": round(db_cpu * 1000 / ok, 2) if ok and db_cpu is not None else None})
+                "db_cpu_ms_per_claim": round(db_cpu * 1000 / ok, 2) if ok and db_cpu is not None else None,
+                "memory_yardstick_s": walk})
     for server in servers:
         seconds, server_cpu, db_cpu = spent[server.label]
         res = _claims_summary(runs[server.label], seconds, (server_cpu, db_cpu), server.label)
         res["verify"] = verify(server, runs[server.label])
         if rounds > 1:
             res["rounds"] = by_round[server.label]
+            res["median"] = _round_medians(by_round[server.label])
         result[server.label] = res
         _print_claims(server.label, res)
+        if rounds > 1:
+            _print_rounds(server.label, by_round[server.label], res["median"])
     if rounds > 1 and len(servers) == 2:
         result["ratios"] = ratios = {}
         for figure in ("server_cpu_ms_per_claim", "db_cpu_ms_per_claim"):
@@ -942,6 +958,27 @@ def claim_floor(claimed: dict, args) -> dict:
     finally:
         clouds.close()
     return result
+
+
+def _round_medians(rounds: list[dict]) -> dict:
+    """The median of each figure over the rounds that have it."""
+    medians = {}
+    for figure in ("server_cpu_ms_per_claim", "db_cpu_ms_per_claim"):
+        values = [r[figure] for r in rounds if r[figure] is not None]
+        if values:
+            medians[figure] = round(statistics.median(values), 2)
+    return medians
+
+
+def _print_rounds(label: str, rounds: list[dict], medians: dict) -> None:
+    parts = []
+    for figure, name in (("server_cpu_ms_per_claim", "server"), ("db_cpu_ms_per_claim", "database")):
+        if figure in medians:
+            values = ", ".join(str(r[figure]) for r in rounds)
+            parts.append(f"{name} {values} ms a claim (median {medians[figure]})")
+    walks = [r["memory_yardstick_s"] for r in rounds]
+    log(f"{label} claims by round: {'; '.join(parts)}; memory yardstick before each "
+        f"{', '.join(f'{w:.2f}' for w in walks)} s")
 
 
 def _print_claims(label: str, res: dict, prefix: str = "claims") -> None:
@@ -1253,7 +1290,8 @@ def parse_args(argv):
     p.add_argument("--claim-clients", type=int, default=16)
     p.add_argument("--claims-per-client", type=int, default=25)
     p.add_argument("--claim-rounds", type=int, default=1,
-                   help="claims: each server's claims in this many blocks, the servers taking turns")
+                   help="claims: each server's claims in this many blocks, the servers taking turns; "
+                        "each block after a memory yardstick, its CPU per claim given, and the medians")
     p.add_argument("--claim-floor", action="store_true",
                    help="claims, PostgreSQL, flat clouds: then the least transaction a claim needs "
                         "(tools/claimfloor), at each server's pace and client count, and each server's "
