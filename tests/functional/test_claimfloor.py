@@ -48,3 +48,32 @@ def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layou
     # Only the tool's own names: the suite's other tests make databases too, meanwhile.
     left = {name for name in pg_databases() - before if name.startswith("claimfloor_")}
     assert left == set(), "the tool drops the clouds and copies it made"
+
+
+def test_claims_made_together_are_whole_claims_each_and_counted_as_claims():
+    """``--claims-per-transaction``: K claims a transaction, each still one
+    consumer and three rows (the tool refuses a run otherwise), the count
+    and the CPU per claim, not per transaction."""
+    claimfloor = _tool()
+    server = SERVER_URLS["postgresql"].format(name="").rstrip("/")
+    runs = claimfloor.main(["--server", server, "--roots", "20", "--clients", "3", "--claims", "900",
+                            "--providers", "4", "--claims-per-transaction", "1", "--claims-per-transaction", "3"])
+    assert [(run["variant"], run["claims_per_transaction"]) for run in runs] == [
+        ("bare", 1), ("allotment", 1), ("bare", 3), ("allotment", 3)]
+    for run in runs:
+        # 900 claims in all, in transactions of 1 or 3; a fold takes the
+        # place of a transaction of claims now and then.
+        assert run["claims"] % run["claims_per_transaction"] == 0, run
+        assert run["claims"] == 900 or (run["variant"] == "allotment" and 850 <= run["claims"] < 900), run
+        assert run["db_cpu_ms_per_claim"] > 0, run
+
+
+def test_a_transaction_of_claims_locks_its_providers_in_one_order_and_writes_each_claim():
+    """The grouped script: one lock statement in id order (no deadlock
+    between two transactions drawing the same providers), and a row of
+    the chosen providers for each claim."""
+    script = _tool().grouped_claims(3, 10)
+    assert script.count("\\set p") == 3
+    assert "WHERE id IN (:p1, :p2, :p3) ORDER BY id FOR NO KEY UPDATE" in script
+    assert "generate_series(1, 3)" in script and "(3, :p3::int)" in script
+    assert script.count("\nCOMMIT;") == 1 and script.count("BEGIN") == 1

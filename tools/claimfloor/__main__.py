@@ -24,6 +24,14 @@ go), and the figure to hold beside Allotment's is the one at the pace and
 client count its own run had.  Each run verifies what it wrote: one
 consumer and three allocation rows a claim.
 
+``--claims-per-transaction K`` asks what committing claims together
+would save (group commit): each transaction then makes K claims, each on
+a provider of its own draw, in the same few statements whatever K is
+(the providers locked and swapped in one statement each, the consumers
+and their rows in one, the capacity check's read in one), and the pace
+stays in claims a second.  Its K = 1 is the same claim in that form, to
+hold the others against.
+
 See docs/performance.md ("The floor of a claim") for what it measured.
 """
 
@@ -39,6 +47,7 @@ import tempfile
 import threading
 import time
 import uuid as uuidlib
+from typing import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,9 +128,41 @@ class Clouds:
         self.admin.dispose()
 
 
-def write_scripts(directory: Path, providers: int) -> Path:
-    """The claim's and the fold's pgbench scripts, in ``directory``."""
+def grouped_claims(count: int, providers: int) -> str:
+    """A transaction of ``count`` claims like :data:`CLAIM`'s, each from a
+    provider drawn from the first ``providers``, in statements whose number
+    does not grow with ``count``: the providers locked in id order (a
+    provider drawn twice is locked and swapped once), swapped, the
+    consumers written with their allocation rows, the usage read."""
+    numbers = range(1, count + 1)
+    draws = "".join(f"\\set p{k} random(1, {providers})\n" for k in numbers)
+    ids = ", ".join(f":p{k}" for k in numbers)
+    chosen = ", ".join(f"({k}, :p{k}::int)" for k in numbers)
+    return (
+        f"{draws}BEGIN ISOLATION LEVEL READ COMMITTED;\n"
+        f"SELECT id, uuid, generation FROM resource_providers WHERE id IN ({ids}) ORDER BY id FOR NO KEY UPDATE;\n"
+        f"UPDATE resource_providers SET generation = generation + 1, updated_at = now() WHERE id IN ({ids});\n"
+        "WITH made AS (INSERT INTO consumers (uuid, project_id, user_id, consumer_type_id, generation, "
+        "created_at, updated_at) SELECT gen_random_uuid()::text, 1, 1, NULL, 1, now(), now() "
+        f"FROM generate_series(1, {count}) RETURNING uuid), "
+        "numbered AS (SELECT uuid, row_number() OVER () AS k FROM made), "
+        f"chosen AS (SELECT * FROM (VALUES {chosen}) AS v (k, p)) "
+        "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, created_at, "
+        "updated_at) SELECT chosen.p, numbered.uuid, r.class, r.amount, now(), now() "
+        "FROM numbered JOIN chosen USING (k) CROSS JOIN (VALUES (0, 2), (1, 4096), (2, 20)) AS r (class, amount);\n"
+        "SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, i.max_unit, "
+        "i.step_size, i.allocation_ratio, (SELECT coalesce(sum(a.used), 0) FROM allocations a "
+        "WHERE a.resource_provider_id = i.resource_provider_id AND a.resource_class_id = i.resource_class_id) "
+        f"FROM inventories i WHERE i.resource_provider_id IN ({ids}) AND i.resource_class_id IN (0, 1, 2);\n"
+        "COMMIT;\n")
+
+
+def write_scripts(directory: Path, providers: int, grouped: Iterable[int] = ()) -> Path:
+    """The claim's and the fold's pgbench scripts, in ``directory``; with
+    ``grouped``, ``claims-{K}.sql`` for each K (:func:`grouped_claims`)."""
     (directory / "claim.sql").write_text(CLAIM.format(providers=providers))
+    for count in grouped:
+        (directory / f"claims-{count}.sql").write_text(grouped_claims(count, providers))
     (directory / "fold.sql").write_text(_fold())
     return directory
 
@@ -171,16 +212,22 @@ def _count(engine: sa.Engine, table: str) -> int:
         return conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar()
 
 
-def run(clouds: Clouds, variant: str, clients: int, rate: float, args, scripts: Path) -> dict:
-    """One pgbench run on a fresh copy of ``variant``'s cloud."""
+def run(clouds: Clouds, variant: str, clients: int, rate: float, args, scripts: Path,
+        grouped: int | None = None) -> dict:
+    """One pgbench run on a fresh copy of ``variant``'s cloud; with
+    ``grouped``, that many claims a transaction (:func:`grouped_claims`)."""
     name = clouds.copy(variant)
     engine = sa.create_engine(clouds.url(name))
+    per = grouped or 1
     try:
         before = {table: _count(engine, table) for table in ("consumers", "allocations")}
-        files = ["-f", f"{scripts / 'claim.sql'}@{changes.COMPACT_AT}"]
+        # One fold in COMPACT_AT transactions: each adds one row to the log.
+        script = "claim.sql" if grouped is None else f"claims-{grouped}.sql"
+        files = ["-f", f"{scripts / script}@{changes.COMPACT_AT}"]
         if variant == "allotment":
             files += ["-f", f"{scripts / 'fold.sql'}@1"]
-        length = (["-T", str(args.seconds), "-R", f"{rate:g}"] if rate else ["-t", str(args.claims // clients)])
+        length = (["-T", str(args.seconds), "-R", f"{rate / per:g}"] if rate
+                  else ["-t", str(max(1, args.claims // clients // per))])
         url = sa.engine.make_url(clouds.url(name))
         command = [args.pgbench, "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
                    "-h", url.host or "127.0.0.1", "-p", str(url.port or 5432), "-U", url.username or "postgres",
@@ -203,9 +250,10 @@ def run(clouds: Clouds, variant: str, clients: int, rate: float, args, scripts: 
     if claims <= 0 or rows != 3 * claims:
         raise SystemExit(f"{variant}: {claims} consumers and {rows} allocation rows written: not one claim each")
     result = {"variant": variant, "clients": clients, "rate": rate, "claims": claims,
-              "claims_per_second": round(claims / seconds, 1),
+              "claims_per_transaction": grouped, "claims_per_second": round(claims / seconds, 1),
               "db_cpu_ms_per_claim": round(db_seconds * 1000 / claims, 3)}
-    log(f"{variant:9} clients {clients:3} pace {rate or 'free':>5}: {claims} claims, "
+    together = "" if grouped is None else f", {grouped} a transaction"
+    log(f"{variant:9} clients {clients:3} pace {rate or 'free':>5}{together}: {claims} claims, "
         f"{result['claims_per_second']}/s, db CPU {result['db_cpu_ms_per_claim']} ms/claim")
     return result
 
@@ -225,6 +273,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--variant", action="append", choices=VARIANTS, help="default: both")
     parser.add_argument("--claims", type=int, default=3000, help="claims of an unpaced run")
     parser.add_argument("--seconds", type=int, default=10, help="length of a paced run")
+    parser.add_argument("--claims-per-transaction", type=int, action="append", metavar="K",
+                        help="K claims in each transaction, in statements whose number does not grow with K "
+                             "(repeatable; its 1 is the same claim in that form); default: the claim above")
     parser.add_argument("--rounds", type=int, default=1, help="the runs again, taking turns")
     parser.add_argument("--pgbench", default=shutil.which("pgbench") or "pgbench")
     parser.add_argument("--json", help="write the results here")
@@ -237,12 +288,13 @@ def main(argv=None) -> list[dict]:
     try:
         clouds.make()
         with tempfile.TemporaryDirectory(prefix="claimfloor-") as tmp:
-            scripts = write_scripts(Path(tmp), providers)
+            scripts = write_scripts(Path(tmp), providers, args.claims_per_transaction or ())
             for _ in range(args.rounds):
                 for clients in args.clients or [1, 16]:
                     for rate in args.rate or [0.0]:
-                        for variant in args.variant or VARIANTS:
-                            results.append(run(clouds, variant, clients, rate, args, scripts))
+                        for grouped in args.claims_per_transaction or [None]:
+                            for variant in args.variant or VARIANTS:
+                                results.append(run(clouds, variant, clients, rate, args, scripts, grouped))
     finally:
         clouds.close()
     if args.json:
