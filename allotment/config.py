@@ -119,6 +119,11 @@ allotment_opts = [
                 help="PostgreSQL: plan the statements run on every request once per database connection "
                      "(server-side prepared statements). Turn off behind a connection pooler that does not "
                      "keep a session per client connection (PgBouncer in transaction or statement mode)."),
+    cfg.BoolOpt("claims_together", default=False,
+                help="PostgreSQL: commit the claims of new consumers (PUT /allocations/{consumer_uuid}) that "
+                     "wait in one worker process at once in one transaction, as POST /allocations would; a "
+                     "group that cannot commit is written claim by claim. No claim waits for others (see "
+                     "docs/operations.md)."),
     cfg.IntOpt("max_request_body_size", default=DEFAULT_MAX_REQUEST_BODY_SIZE, min=1,
                help="Largest request body accepted, in bytes; a larger one is refused with 413 "
                     "before it is read."),

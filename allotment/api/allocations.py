@@ -25,8 +25,9 @@ allocation_conflict_retry_count`` times.  Errors carry Placement's texts.
 from __future__ import annotations
 
 import copy
+import logging
 import uuid as uuidlib
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import webob
 
@@ -34,7 +35,10 @@ from allotment.api.errors import HTTPError
 from allotment.api.http import Request, json_body, json_response, no_content
 from allotment.api.microversion import Versioned
 from allotment.db import allocations as db
+from allotment.db.engine import CommitOutcomeUnknown
 from allotment.domain import errors as domain
+
+LOG = logging.getLogger(__name__)
 
 # -- JSON schemas (their structure shapes jsonschema's messages: keep it) --
 
@@ -241,7 +245,44 @@ def _request(req: Request, consumer: str, data: dict) -> db.ConsumerAllocations:
 def _write(req: Request, requests: list[db.ConsumerAllocations],
            class_not_found: Callable[[str], str]) -> None:
     """Run the write transaction, re-running it where Placement retries, and
-    word its errors as Placement does."""
+    word its errors as Placement does; a claim of one consumer may be
+    committed with others of the process (:mod:`allotment.api.claim_groups`)."""
+    groups = req.app.state.claim_groups
+    if groups is not None and len(requests) == 1 and requests[0].resources:
+        groups.claim(requests[0], lambda: _write_alone(req, requests, class_not_found),
+                     lambda group: _write_together(req, group))
+    else:
+        _write_alone(req, requests, class_not_found)
+
+
+def _write_together(req: Request, requests: Sequence[db.ConsumerAllocations]) -> bool:
+    """Claims of several requests in one transaction, run once: whether it
+    committed.  Anything else (a lost swap, a consumer that exists, an error
+    of any claim) leaves each to be written alone, and words nothing; but a
+    commit whose outcome is unknown is raised, to every claim of the group."""
+    mirror = req.app.state.mirror
+    follow = mirror is not None and mirror.wants_own_writes()
+    try:
+        written = req.app.db.run_write(lambda conn: db.write_allocations(
+            conn, requests, incomplete_owner=incomplete_owner(req), lock_read=True, follow=follow, together=True))
+    except CommitOutcomeUnknown:
+        raise
+    except db.ProviderConflict:
+        req.app.state.swap_contention.lost()
+        return False
+    except Exception:  # noqa: BLE001 - each claim, written alone, tells its own
+        return False
+    if written is not None:
+        try:
+            mirror.wrote(written)
+        except Exception:  # noqa: BLE001 - committed: its claims must not be written again
+            LOG.exception("the provider mirror could not follow a group of claims")
+    return True
+
+
+def _write_alone(req: Request, requests: list[db.ConsumerAllocations],
+                 class_not_found: Callable[[str], str]) -> None:
+    """``requests`` in a transaction of their own (see :func:`_write`)."""
     owner = incomplete_owner(req)
 
     contended: list[int] = []  # the providers of a lost swap: a re-run locks them first

@@ -120,6 +120,8 @@ class Application:
         if conf.allotment.metrics:
             self.metrics = Metrics(conf, database, self.router.template)
             database.on_retry = self.metrics.database_retry
+            if self.state.claim_groups is not None:
+                self.state.claim_groups.on_group = self.metrics.claims_grouped
         #: GET /healthcheck, for load balancers (answered before authentication).
         self.health = HealthCheck(conf, database)
         # Innermost first; Placement's order: request id, CORS,

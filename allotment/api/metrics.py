@@ -16,6 +16,10 @@ can reach the port.
 * ``allotment_database_retries_total``: transactions re-run, by reason
   (``transient``: deadlock, serialization failure, lock; ``race``: a write
   that lost a race it may retry, such as a generation swap);
+* ``allotment_grouped_claims_total``: with ``[allotment] claims_together``,
+  claims that waited to be written with others, by ``outcome``
+  (``committed``: in one transaction with them; ``alone``: the group
+  could not commit, and each was written alone);
 * capacity gauges per resource class, over the cloud
   (``allotment_resource_{total,reserved,capacity,used}``) and per
   aggregate (``allotment_aggregate_resource_...``, label ``aggregate``):
@@ -79,6 +83,8 @@ class Metrics:
                                       registry=self.registry)
         self.retries = prom.Counter("allotment_database_retries", "Database transactions re-run.",
                                     ("reason",), registry=self.registry)
+        self.grouped = prom.Counter("allotment_grouped_claims", "Claims written in a group with others "
+                                    "(claims_together), by outcome.", ("outcome",), registry=self.registry)
         self.capacity = CapacityCollector(database, conf.allotment.metrics_capacity_cache_seconds)
         if self.registry is not None:
             self.registry.register(self.capacity)
@@ -101,6 +107,9 @@ class Metrics:
 
     def database_retry(self, reason: str) -> None:
         self.retries.labels(reason).inc()
+
+    def claims_grouped(self, claims: int, committed: bool) -> None:
+        self.grouped.labels("committed" if committed else "alone").inc(claims)
 
     # -- exposition -----------------------------------------------------------
 

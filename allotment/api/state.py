@@ -33,7 +33,10 @@ attribute               keyed on                     bound                  drop
 Besides the caches, one thing learnt from the writes themselves:
 ``swap_contention`` (:class:`allotment.db.allocations.SwapContention`),
 whether this process's writes lately lost provider swaps to other writers,
-and so lock their providers at their first read for a while.
+and so lock their providers at their first read for a while.  And with
+``[allotment] claims_together`` on PostgreSQL, the claims waiting at once:
+``claim_groups`` (:class:`allotment.api.claim_groups.ClaimGroups`), which
+writes them together.
 
 The module globals left elsewhere are constant tables, statements,
 schemas and memos of pure functions of such constants; docs/architecture.md
@@ -46,6 +49,7 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from allotment.api.answer_cache import AnswerCache
+from allotment.api.claim_groups import ClaimGroups
 from allotment.db import changes
 from allotment.db.allocations import SwapContention
 from allotment.db.engine import Database
@@ -96,3 +100,8 @@ class ProcessState:
         #: Whether writes lately lost provider swaps (and so lock at their
         #: first read for a while).
         self.swap_contention = SwapContention()
+        #: Claims waiting at once committed together (``claims_together``,
+        #: PostgreSQL), else None.
+        self.claim_groups: ClaimGroups | None = None
+        if conf.allotment.claims_together and database.backend == "postgresql":
+            self.claim_groups = ClaimGroups()

@@ -257,7 +257,8 @@ class SwapContention:
 
 def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations], *,
                       incomplete_owner: tuple[str, str], lock_first: Iterable[int] = (),
-                      lock_read: bool = False, follow: bool = False) -> changes.OwnWrite | None:
+                      lock_read: bool = False, follow: bool = False,
+                      together: bool = False) -> changes.OwnWrite | None:
     """Replace the allocations of every consumer in ``requests`` (see the module doc).
 
     Each consumer uuid may appear once.  ``incomplete_owner`` is the
@@ -277,6 +278,11 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     transaction wrote nothing else; else None.  It costs the write the
     change number: on PostgreSQL a count of the change log in the claim's
     statement, on SQLite two reads of the counter.
+
+    ``together`` (with ``lock_read``, on PostgreSQL): the claims of several
+    requests written as one (:mod:`allotment.api.claim_groups`); where each
+    is a new consumer with allocations and an owner that exists, they are
+    written in one statement (:func:`_claims_for_new_consumers`).
     """
     generations.lock_providers(conn, lock_first)
     found, names = _read_and_check(conn, requests, incomplete_owner, lock=lock_read)
@@ -312,6 +318,12 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         owner = _known_owner(requests[0], incomplete_owner, found.owners)
         if owner is not None:
             return _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id, follow)
+    if (together and lock_read and conn.dialect.name == "postgresql" and len(requests) > 1 and not old_rows
+            and len(claims) <= _INSERT_ROWS_KEPT and len(bumped) <= _INSERT_ROWS_KEPT
+            and all(r.resources and r.consumer_uuid not in existing for r in requests)):
+        owners = [_known_owner(r, incomplete_owner, found.owners) for r in requests]
+        if None not in owners:
+            return _claims_for_new_consumers(conn, requests, owners, claims, sorted(bumped), by_id, follow)
     try:
         swapped = generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:
@@ -586,7 +598,17 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
         rows = raw_rows.written_rows(conn, _claim_statement(len(claims), follow), values)
     except sa.exc.IntegrityError:  # the consumer's row, made by another transaction since our read
         raise consumers.RecordRace(f"consumer {request.consumer_uuid}") from None
-    if rows[0][0] != 1:
+    return _claimed(conn, rows, 1, claims, bumped, read, follow)
+
+
+def _claimed(conn: Connection, rows: list, swaps: int, claims: list[Claim], bumped: list[int],
+             read: Mapping[int, int], follow: bool) -> changes.OwnWrite | None:
+    """After a claim statement (:func:`_claim_statement`,
+    :func:`_claims_statement`) that should have made ``swaps`` swaps: raise
+    where one was lost or the capacity check fails, else what the claims
+    changed, for the mirror (with ``follow``; see
+    :func:`_claim_for_new_consumer`)."""
+    if rows[0][0] != swaps:
         raise ProviderConflict(bumped)
     at = _CLAIM_RECORDS_AT[follow]
     records = _by_pair(row[at:] for row in rows if row[at] is not None)
@@ -597,6 +619,76 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
     if number is None:
         return None
     return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records, after=number + 1)
+
+
+#: PostgreSQL: per (rows, consumers, providers, numbered), new consumers'
+#: claims made together in one statement (:func:`_claims_statement`).
+_CLAIMS_STATEMENTS: dict[tuple[int, int, int, bool], sa.Select] = {}
+
+
+def _claims_statement(count: int, consumers_count: int, providers: int, numbered: bool) -> sa.Select:
+    """PostgreSQL: :func:`_claim_statement` for several new consumers at once:
+    every provider's generation swap (``swap_id_{i}`` from ``expected_{i}``),
+    the consumers' rows (``uuid_{j}``, ``project_id_{j}``, ``user_id_{j}``,
+    ``consumer_type_id_{j}``; written only if every swap held) and the
+    ``count`` allocation rows, returning what the capacity check reads and
+    how many swaps and consumers were made.  For a transaction whose first
+    read locked those providers (``_READ_FOR_WRITE_LOCKING``): the swaps
+    then find what it read, and take no lock of their own in a new order."""
+    key = (count, consumers_count, providers, numbered)
+    statement = _CLAIMS_STATEMENTS.get(key)
+    if statement is None:
+        swapped = (sa.update(RP)
+                   .where(sa.or_(*[sa.and_(RP.c.id == sa.bindparam(f"swap_id_{i}"),
+                                           RP.c.generation == sa.bindparam(f"expected_{i}"))
+                                   for i in range(providers)]))
+                   .values(generation=RP.c.generation + 1, updated_at=sa.bindparam("now"))
+                   .returning(RP.c.id).cte("swapped"))
+        all_swapped = sa.select(sa.func.count()).select_from(swapped).scalar_subquery() == providers
+        made = (sa.insert(tables.consumers)
+                .from_select([*_NEW_CONSUMER_COLUMNS, "created_at", "updated_at"], sa.union_all(*[
+                    # Typed: a UNION's parameters are not typed by the INSERT's columns.
+                    sa.select(*[sa.cast(sa.bindparam(f"{name}_{j}"), tables.consumers.c[name].type)
+                                for name in _NEW_CONSUMER_COLUMNS[:4]],
+                              sa.literal_column("1"),
+                              *[sa.cast(sa.bindparam("now"), tables.consumers.c.created_at.type)] * 2)
+                    .where(all_swapped)
+                    for j in range(consumers_count)]))
+                .returning(tables.consumers.c.id).cte("new_consumers"))
+        records = _insert_rows_read_usage(count).subquery("records")
+        one = sa.select(sa.literal_column("1").label("one")).subquery("one")
+        statement = _CLAIMS_STATEMENTS[key] = (
+            sa.select(sa.select(sa.func.count()).select_from(swapped).scalar_subquery().label("swapped"),
+                      sa.select(sa.func.count()).select_from(made).scalar_subquery().label("consumers"),
+                      *(sa.literal_column(column) for column in changes.PG_BEGAN_FROM_COLUMNS if numbered),
+                      *records.c)
+            .select_from(one.outerjoin(records, sa.true())))
+    return statement
+
+
+def _claims_for_new_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
+                              owners: Sequence[consumers.Owner], claims: list[Claim], bumped: list[int],
+                              read: Mapping[int, int], follow: bool) -> changes.OwnWrite | None:
+    """Steps 4-6 of :func:`write_allocations` for several consumers without a
+    record or rows, whose owners exist, after a first read that locked
+    their providers (PostgreSQL): every swap, the consumers' rows, the
+    allocation rows and the capacity check's read in one statement
+    (:func:`_claims_statement`), so the claims of several requests are
+    three messages together, as one claim is alone.  Returns what
+    :func:`_claim_for_new_consumer` returns, for all of them."""
+    now = utcnow()
+    values: dict = {"now": now, **_numbered(_row_values(claims, now))}
+    for i, pid in enumerate(bumped):
+        values[f"swap_id_{i}"], values[f"expected_{i}"] = pid, read[pid]
+    for j, (request, owner) in enumerate(zip(requests, owners)):
+        values.update({f"uuid_{j}": request.consumer_uuid, f"project_id_{j}": owner.project_id,
+                       f"user_id_{j}": owner.user_id, f"consumer_type_id_{j}": owner.consumer_type_id})
+    try:
+        rows = raw_rows.written_rows(conn, _claims_statement(len(claims), len(requests), len(bumped), follow),
+                                     values)
+    except sa.exc.IntegrityError:  # a consumer's row, made by another transaction since our read
+        raise consumers.RecordRace("consumers " + ", ".join(r.consumer_uuid for r in requests)) from None
+    return _claimed(conn, rows, len(bumped), claims, bumped, read, follow)
 
 
 _T = tables.consumer_types

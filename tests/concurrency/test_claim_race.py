@@ -221,11 +221,19 @@ def race_database(tmp_path_factory):
     drop()
 
 
-def test_racing_claims_never_over_allocate_nor_lose_writes(race_database, tmp_path):
+#: ``[allotment] claims_together`` (PostgreSQL): the claims waiting in a
+#: worker at once are committed in groups; the race must end the same.
+TOGETHER = "[allotment]\nclaims_together = true\nmetrics = true\n"
+
+
+@pytest.mark.parametrize("together", [False, pytest.param(True, marks=pytest.mark.skipif(
+    BACKEND != "postgresql", reason="claims are grouped on PostgreSQL"))], ids=["alone", "together"])
+def test_racing_claims_never_over_allocate_nor_lose_writes(race_database, tmp_path, together):
     providers = _seed_providers(race_database)
     # On the Galera pass each server goes through its own node.
-    servers = [serve(write_config(tmp_path / f"host{i}", url), "--workers", str(WORKERS), "--threads", "4",
-                     log_name=f"server{i}.log") for i, url in enumerate(spread(race_database, SERVERS))]
+    servers = [serve(write_config(tmp_path / f"host{i}", url, extra=TOGETHER if together else ""),
+                     "--workers", str(WORKERS), "--threads", "4", log_name=f"server{i}.log")
+               for i, url in enumerate(spread(race_database, SERVERS))]
     db = Database(race_database)
     try:
         for server in servers:
@@ -251,6 +259,12 @@ def test_racing_claims_never_over_allocate_nor_lose_writes(race_database, tmp_pa
             thread.join(timeout=RACE_SECONDS + 120)
         assert not any(thread.is_alive() for thread in threads), "a client thread hung"
         _verify(db, setup, providers, shared, ledger)
+        if together:
+            # The claims did meet in groups (every worker's count, whichever answers).
+            grouped = [line for server in servers
+                       for line in Client(server.url).call("GET", "/metrics").text.splitlines()
+                       if line.startswith('allotment_grouped_claims_total{outcome="committed"}')]
+            assert sum(float(line.split()[-1]) for line in grouped) > 0, grouped
     finally:
         for server in servers:
             server.stop()

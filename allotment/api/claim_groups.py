@@ -1,0 +1,152 @@
+"""Claims of one process committed together (``[allotment] claims_together``).
+
+A scheduler's claim (``PUT /allocations/{new consumer}``) is one small
+transaction; most of what it costs the database is the transaction itself:
+its messages, the wake-ups of its backend, the triggers' firings per
+statement, the commit's flush.  When several claims are waiting in one
+process at once, this module lets one of them write them all in one
+transaction (group commit), as ``POST /allocations`` writes several
+consumers: the same statements whatever their number.
+
+No claim waits for company.  A claim that finds no other write of the
+process running writes alone, at once, as without this module.  Claims
+that arrive meanwhile queue; when the running write ends, the first of
+them writes the queue (or as much of it as one transaction takes) in one
+transaction, and so on.  So claims are grouped only when they would have
+waited for the database anyway.
+
+A group either commits as a whole or changes nothing; then each of its
+claims is written again alone, by its own request, exactly as without
+this module (its errors, retries and messages are its own).  So grouping
+changes no answer a client can tell apart, but one: two claims of a group
+on one provider advance its generation once, as one ``POST /allocations``
+does, where two transactions would advance it twice.  A client never sees
+a generation between them either way.
+
+What a group's transaction needs is in :func:`allotment.db.allocations.write_allocations`
+(several new consumers whose owners exist, on PostgreSQL: three messages).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+#: At most this many claims a group.
+MOST_CLAIMS = 8
+#: At most this many allocation rows a group (the rows of one statement,
+#: as ``allotment.db.allocations`` keeps their statements).
+MOST_ROWS = 16
+
+#: What a waiting claim is told.
+_COMMITTED, _ALONE, _LEAD, _FAILED = "committed", "alone", "lead", "failed"
+
+
+@dataclass(eq=False)
+class _Waiting:
+    request: object
+    rows: int
+    event: threading.Event = field(default_factory=threading.Event)
+    told: str = ""
+    #: with ``_LEAD``: the group this claim now writes, itself first
+    group: list = field(default_factory=list)
+    #: with ``_FAILED``: what its group's write raised
+    error: BaseException | None = None
+
+
+def rows_of(request) -> int:
+    """The allocation rows a request writes (one per provider and class)."""
+    return sum(len(resources) for resources in request.resources.values())
+
+
+class ClaimGroups:
+    """The claims of one process, written alone or in groups (see the module doc).
+
+    ``groups`` and ``grouped``: how many groups of more than one claim
+    committed, and how many claims they held; ``on_group(claims,
+    committed)`` is told of every group of more than one claim (the
+    metrics)."""
+
+    def __init__(self, most_claims: int = MOST_CLAIMS, most_rows: int = MOST_ROWS):
+        self.most_claims, self.most_rows = most_claims, most_rows
+        self._lock = threading.Lock()
+        self._queue: list[_Waiting] = []
+        self._busy = False
+        self.groups = 0
+        self.grouped = 0
+        self.on_group: Callable[[int, bool], None] | None = None
+
+    def claim(self, request, alone: Callable[[], None], together: Callable[[Sequence], bool]) -> None:
+        """Write ``request``: ``alone()`` writes it in a transaction of its own
+        (and raises its errors); ``together(requests)`` writes a group in one
+        transaction and says whether it committed, where it did not having
+        changed nothing.  What ``together`` raises (only what leaves the
+        outcome unknown: each claim written again could be written twice)
+        is raised to every claim of the group."""
+        me = _Waiting(request, rows_of(request))
+        with self._lock:
+            if self._busy:
+                self._queue.append(me)
+                lead = False
+            else:
+                self._busy = True
+                lead = True
+        if not lead:
+            me.event.wait()
+            if me.told == _COMMITTED:
+                return
+            if me.told == _ALONE:
+                alone()
+                return
+            if me.told == _FAILED:
+                raise me.error
+        group = me.group or [me]
+        committed = False
+        failure: BaseException | None = None
+        try:
+            if len(group) == 1:
+                # No company: the write as without groups, in this thread.
+                alone()
+                committed = True
+                return
+            committed = together([waiting.request for waiting in group])
+        except BaseException as error:
+            failure = error
+            raise
+        finally:
+            if len(group) > 1:
+                if committed:
+                    self.groups += 1
+                    self.grouped += len(group)
+                if self.on_group is not None:
+                    self.on_group(len(group), committed)
+                for other in group[1:]:
+                    other.told = _COMMITTED if committed else _FAILED if failure is not None else _ALONE
+                    other.error = failure
+                    other.event.set()
+            self._next()
+        if not committed:
+            alone()
+
+    def _next(self) -> None:
+        """The running write ended: the first claim waiting writes the next group."""
+        with self._lock:
+            if not self._queue:
+                self._busy = False
+                return
+            group, rows, uuids, left = [], 0, set(), []
+            for waiting in self._queue:
+                uuid = waiting.request.consumer_uuid
+                if (len(group) < self.most_claims and rows + waiting.rows <= self.most_rows
+                        and uuid not in uuids) or not group:
+                    group.append(waiting)
+                    rows += waiting.rows
+                    uuids.add(uuid)
+                else:
+                    left.append(waiting)
+            self._queue = left
+        first = group[0]
+        first.group = group
+        first.told = _LEAD
+        first.event.set()
