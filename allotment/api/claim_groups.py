@@ -119,7 +119,7 @@ class ClaimGroups:
                 if committed:
                     self.groups += 1
                     self.grouped += len(group)
-                if self.on_group is not None:
+                if self.on_group is not None and failure is None:
                     self.on_group(len(group), committed)
                 for other in group[1:]:
                     other.told = _COMMITTED if committed else _FAILED if failure is not None else _ALONE

@@ -173,6 +173,11 @@ class UnguardedConsumerConflict(ConsumerConflict):
     or a DELETE): the stale generation was our own read, so re-running is safe."""
 
 
+class NotTogether(Exception):
+    """``write_allocations(together=True)`` of requests it does not write as
+    one: each is to be written alone."""
+
+
 #: What a caller of ``write_allocations`` / ``delete_allocations`` re-runs its
 #: transaction on (bounded by ``allocation_conflict_retry_count``).
 RETRY_ON: tuple[type[Exception], ...] = (ProviderConflict, UnguardedConsumerConflict,
@@ -280,9 +285,12 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
     statement, on SQLite two reads of the counter.
 
     ``together`` (with ``lock_read``, on PostgreSQL): the claims of several
-    requests written as one (:mod:`allotment.api.claim_groups`); where each
-    is a new consumer with allocations and an owner that exists, they are
-    written in one statement (:func:`_claims_for_new_consumers`).
+    requests written as one (:mod:`allotment.api.claim_groups`), in one
+    statement (:func:`_claims_for_new_consumers`), where each is a new
+    consumer with allocations and an owner that exists; else
+    :class:`NotTogether` is raised, writing nothing.  (Writes that also
+    replace or remove allocations are not grouped: with a provider over
+    capacity, what they are allowed depends on the order they run in.)
     """
     generations.lock_providers(conn, lock_first)
     found, names = _read_and_check(conn, requests, incomplete_owner, lock=lock_read)
@@ -318,12 +326,13 @@ def write_allocations(conn: Connection, requests: Sequence[ConsumerAllocations],
         owner = _known_owner(requests[0], incomplete_owner, found.owners)
         if owner is not None:
             return _claim_for_new_consumer(conn, requests[0], owner, claims, sorted(bumped), by_id, follow)
-    if (together and lock_read and conn.dialect.name == "postgresql" and len(requests) > 1 and not old_rows
-            and len(claims) <= _INSERT_ROWS_KEPT and len(bumped) <= _INSERT_ROWS_KEPT
-            and all(r.resources and r.consumer_uuid not in existing for r in requests)):
+    if together:
         owners = [_known_owner(r, incomplete_owner, found.owners) for r in requests]
-        if None not in owners:
-            return _claims_for_new_consumers(conn, requests, owners, claims, sorted(bumped), by_id, follow)
+        if not (lock_read and conn.dialect.name == "postgresql" and not old_rows and None not in owners
+                and len(claims) <= _INSERT_ROWS_KEPT and len(bumped) <= _INSERT_ROWS_KEPT
+                and all(r.resources and r.consumer_uuid not in existing for r in requests)):
+            raise NotTogether()
+        return _claims_for_new_consumers(conn, requests, owners, claims, sorted(bumped), by_id, follow)
     try:
         swapped = generations.bump_providers(conn, [(pid, by_id[pid]) for pid in bumped])
     except ConcurrentUpdate:

@@ -136,6 +136,25 @@ def test_a_group_of_claims_refused_for_capacity_writes_nothing(together):
     assert api.get(f"/resource_providers/{first}/usages").json["usages"] == {"VCPU": 1, "MEMORY_MB": 0}
 
 
+def test_a_group_with_a_consumer_that_exists_is_not_written_together(together):
+    """Only new consumers' claims are written as one: a consumer that holds
+    allocations (its write replaces them) sends the group back, unwritten,
+    to be written claim by claim."""
+    api = ApiClient(together)
+    first, second = _provider(api), _provider(api)
+    held = _first_claim(api, first)
+    generations = {uuid: _generation(api, uuid) for uuid in (first, second)}
+    fresh = new_uuid()
+    requests = [_claim(fresh, second, 1, 256), _claim(held, first, 2, 256)]
+    with pytest.raises(db_allocations.NotTogether):
+        with together.db.write() as conn:
+            db_allocations.write_allocations(conn, requests, incomplete_owner=OWNER, lock_read=True,
+                                             together=True)
+    assert api.get(f"/allocations/{fresh}").json["allocations"] == {}
+    assert api.get(f"/allocations/{held}").json["allocations"][first]["resources"] == {"VCPU": 1}
+    assert {uuid: _generation(api, uuid) for uuid in (first, second)} == generations
+
+
 THREADS = 12
 CLAIMS_EACH = 25
 PROVIDERS = 6
