@@ -17,7 +17,10 @@ waited for the database anyway.
 
 A group either commits as a whole or changes nothing; then each of its
 claims is written again alone, by its own request, exactly as without
-this module (its errors, retries and messages are its own).  So grouping
+this module (its errors, retries and messages are its own).  After
+groups refused in a row (:data:`REFUSED_IN_A_ROW`), the process's next
+claims (:data:`ALONE_AFTER_REFUSAL`) are written alone at once: where
+most claims are refused, most groups would be.  So grouping
 changes no answer a client can tell apart, but one: two claims of a group
 on one provider advance its generation once, as one ``POST /allocations``
 does, where two transactions would advance it twice.  A client never sees
@@ -38,6 +41,17 @@ MOST_CLAIMS = 8
 #: At most this many allocation rows a group (the rows of one statement,
 #: as ``allotment.db.allocations`` keeps their statements).
 MOST_ROWS = 16
+#: Writes of claims a process runs at once; claims beyond wait and are
+#: written together next.
+WRITERS = 1
+#: After this many groups in a row that could not commit, the process's
+#: next :data:`ALONE_AFTER_REFUSAL` claims are written alone, at once, as
+#: without groups: where most claims are refused (a cloud at the edge of
+#: its capacity) most groups are, and each of their claims would be
+#: written twice.  (In a race on a cloud with room, 5-7% of the groups were
+#: refused, seldom two in a row.)
+REFUSED_IN_A_ROW = 2
+ALONE_AFTER_REFUSAL = 32
 
 #: What a waiting claim is told.
 _COMMITTED, _ALONE, _LEAD, _FAILED = "committed", "alone", "lead", "failed"
@@ -68,11 +82,15 @@ class ClaimGroups:
     committed)`` is told of every group of more than one claim (the
     metrics)."""
 
-    def __init__(self, most_claims: int = MOST_CLAIMS, most_rows: int = MOST_ROWS):
-        self.most_claims, self.most_rows = most_claims, most_rows
+    def __init__(self, most_claims: int = MOST_CLAIMS, most_rows: int = MOST_ROWS, writers: int = WRITERS):
+        self.most_claims, self.most_rows, self.writers = most_claims, most_rows, writers
         self._lock = threading.Lock()
         self._queue: list[_Waiting] = []
-        self._busy = False
+        #: writes running (at most ``writers``)
+        self._running = 0
+        #: groups refused in a row, and claims still to be written alone since
+        self._refused = 0
+        self._alone_left = 0
         self.groups = 0
         self.grouped = 0
         self.on_group: Callable[[int, bool], None] | None = None
@@ -86,12 +104,18 @@ class ClaimGroups:
         is raised to every claim of the group."""
         me = _Waiting(request, rows_of(request))
         with self._lock:
-            if self._busy:
+            if self._alone_left > 0:
+                self._alone_left -= 1
+                lead = None
+            elif self._running >= self.writers:
                 self._queue.append(me)
                 lead = False
             else:
-                self._busy = True
+                self._running += 1
                 lead = True
+        if lead is None:  # lately refused: alone, beside the other writes
+            alone()
+            return
         if not lead:
             me.event.wait()
             if me.told == _COMMITTED:
@@ -119,6 +143,13 @@ class ClaimGroups:
                 if committed:
                     self.groups += 1
                     self.grouped += len(group)
+                    self._refused = 0
+                elif failure is None:
+                    with self._lock:
+                        self._refused += 1
+                        if self._refused >= REFUSED_IN_A_ROW:
+                            self._refused = 0
+                            self._alone_left = ALONE_AFTER_REFUSAL
                 if self.on_group is not None and failure is None:
                     self.on_group(len(group), committed)
                 for other in group[1:]:
@@ -130,10 +161,10 @@ class ClaimGroups:
             alone()
 
     def _next(self) -> None:
-        """The running write ended: the first claim waiting writes the next group."""
+        """A running write ended: the first claim waiting writes the next group."""
         with self._lock:
             if not self._queue:
-                self._busy = False
+                self._running -= 1
                 return
             group, rows, uuids, left = [], 0, set(), []
             for waiting in self._queue:

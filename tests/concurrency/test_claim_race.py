@@ -260,11 +260,14 @@ def test_racing_claims_never_over_allocate_nor_lose_writes(race_database, tmp_pa
         assert not any(thread.is_alive() for thread in threads), "a client thread hung"
         _verify(db, setup, providers, shared, ledger)
         if together:
-            # The claims did meet in groups (every worker's count, whichever answers).
+            # The claims did meet in groups (every worker's count, whichever
+            # answers).  At the edge of capacity most groups are refused and
+            # written again claim by claim: both outcomes count.
             grouped = [line for server in servers
                        for line in Client(server.url).call("GET", "/metrics").text.splitlines()
-                       if line.startswith('allotment_grouped_claims_total{outcome="committed"}')]
+                       if line.startswith("allotment_grouped_claims_total{")]
             assert sum(float(line.split()[-1]) for line in grouped) > 0, grouped
+            print(f"[{BACKEND}] grouped claims: {grouped}")
     finally:
         for server in servers:
             server.stop()

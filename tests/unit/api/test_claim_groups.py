@@ -89,7 +89,7 @@ def test_a_claim_alone_is_written_alone_at_once():
     recorder.release.set()
     groups.claim(_claim("a"), recorder.alone_of(_claim("a")), recorder.write_together)
     assert recorder.alone == ["a"] and recorder.together == []
-    assert groups.groups == 0 and not groups._busy
+    assert groups.groups == 0 and groups._running == 0
 
 
 def test_claims_that_wait_for_a_running_write_are_written_together_in_one_transaction():
@@ -101,7 +101,7 @@ def test_claims_that_wait_for_a_running_write_are_written_together_in_one_transa
     assert recorder.alone == ["a"]
     assert recorder.together == [["b", "c", "d"]]
     assert (groups.groups, groups.grouped) == (1, 3) and seen == [(3, True)]
-    assert not groups._busy and groups._queue == []
+    assert groups._running == 0 and groups._queue == []
 
 
 def test_a_group_that_cannot_commit_is_written_claim_by_claim_each_with_its_own_error():
@@ -123,7 +123,7 @@ def test_one_consumer_is_never_twice_in_a_group_and_a_group_keeps_to_its_rows():
     assert recorder.together[0] == ["b", "c"], recorder.together
     # What the first group left: the second "b" and "d", together next.
     assert recorder.together[1:] == [["b", "d"]], recorder.together
-    assert not groups._busy
+    assert groups._running == 0
 
 
 @pytest.mark.parametrize("failing_first", [True, False])
@@ -151,4 +151,81 @@ def test_a_group_whose_outcome_is_unknown_tells_every_claim_and_writes_none_agai
     _behind_a_running_write(groups, recorder, errors, "bc")
     assert recorder.together == [["b", "c"]] and recorder.alone == ["a"]
     assert errors == {"b": unknown, "c": unknown}
-    assert not groups._busy
+    assert groups._running == 0
+
+
+def test_with_two_writers_a_second_claim_is_written_at_once_and_a_third_waits():
+    groups, errors = ClaimGroups(writers=2), {}
+    release = threading.Event()
+    running, together = [], []
+    lock = threading.Lock()
+
+    def alone_of(name):
+        def alone():
+            with lock:
+                running.append(name)
+            assert release.wait(10)
+        return alone
+
+    def write_together(requests):
+        together.append([r.consumer_uuid for r in requests])
+        return True
+
+    threads = []
+    for name in "abcd":
+        request = _claim(name)
+        thread = threading.Thread(target=groups.claim, args=(request, alone_of(name), write_together))
+        thread.start()
+        threads.append(thread)
+        if name in "ab":  # each starts its write at once
+            deadline = time.monotonic() + 10
+            while name not in running:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+        else:
+            _queued(groups, "abcd".index(name) - 1)
+    assert running == ["a", "b"] and groups._running == 2
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    # The first write to end hands its place to "c", which writes the queue.
+    assert together == [["c", "d"]] and running == ["a", "b"]
+    assert groups._running == 0 and errors == {}
+
+
+def test_after_a_refused_group_the_next_claims_are_written_alone_at_once():
+    """Where most claims are refused most groups are: after one, the next
+    claims go alone, beside a write still running, none waiting."""
+    from allotment.api import claim_groups
+
+    groups, recorder, errors = ClaimGroups(), _Recorder(commit=False), {}
+    _behind_a_running_write(groups, recorder, errors, "bc")
+    assert recorder.together == [["b", "c"]]
+    assert groups._alone_left == 0, "one refused group is no sign"
+    recorder.alone.clear()
+    recorder.started.clear()
+    recorder.release.clear()
+    _behind_a_running_write(groups, recorder, errors, "de")
+    assert recorder.together == [["b", "c"], ["d", "e"]]
+    assert claim_groups.REFUSED_IN_A_ROW == 2
+    assert groups._alone_left == claim_groups.ALONE_AFTER_REFUSAL
+    # A write running (it holds the one writer's place) ...
+    recorder.release.clear()
+    blocking = threading.Event()
+    holder = threading.Thread(target=groups.claim, args=(_claim("x"), lambda: blocking.wait(10),
+                                                         recorder.write_together))
+    groups._alone_left = 0
+    holder.start()
+    deadline = time.monotonic() + 10
+    while groups._running == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    groups._alone_left = 2
+    # ... and still the next claims are written at once, alone.
+    written = []
+    for name in "yz":
+        groups.claim(_claim(name), lambda name=name: written.append(name), recorder.write_together)
+    assert written == ["y", "z"] and groups._alone_left == 0 and groups._queue == []
+    blocking.set()
+    holder.join(10)
+    assert recorder.together == [["b", "c"], ["d", "e"]] and groups._running == 0
