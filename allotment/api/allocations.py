@@ -248,11 +248,18 @@ def _write(req: Request, requests: list[db.ConsumerAllocations],
     word its errors as Placement does; a claim of one consumer may be
     committed with others of the process (:mod:`allotment.api.claim_groups`)."""
     groups = req.app.state.claim_groups
-    if groups is not None and len(requests) == 1 and requests[0].resources:
+    if groups is not None and len(requests) == 1 and _new_claim(requests[0]):
         groups.claim(requests[0], lambda: _write_alone(req, requests, class_not_found),
                      lambda group: _write_together(req, group))
     else:
         _write_alone(req, requests, class_not_found)
+
+
+def _new_claim(request: db.ConsumerAllocations) -> bool:
+    """Whether ``request`` says it claims for a new consumer (a null
+    consumer generation, 1.28 on): the only writes grouped (a write that
+    replaces allocations would make its group fail)."""
+    return bool(request.resources) and request.check_generation and request.generation is None
 
 
 def _write_together(req: Request, requests: Sequence[db.ConsumerAllocations]) -> bool:

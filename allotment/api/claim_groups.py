@@ -8,12 +8,16 @@ process at once, this module lets one of them write them all in one
 transaction (group commit), as ``POST /allocations`` writes several
 consumers: the same statements whatever their number.
 
-No claim waits for company.  A claim that finds no other write of the
-process running writes alone, at once, as without this module.  Claims
-that arrive meanwhile queue; when the running write ends, the first of
-them writes the queue (or as much of it as one transaction takes) in one
-transaction, and so on.  So claims are grouped only when they would have
-waited for the database anyway.
+Only claims that say their consumer is new (``consumer_generation``
+null, microversion 1.28 on) are grouped; other writes go as without
+this module.  No claim waits for company: a claim that finds no other
+claim of the process being written writes alone, at once.  Claims that
+arrive meanwhile queue; when the running write ends, the first of them
+writes the queue (or as much of it as one transaction takes) in one
+transaction, and so on.  The price: a worker writes one claim or group
+at a time, so a claim that waits long (for a provider's lock another
+host holds, say) holds up the claims queued behind it, where without
+this module they would have been written beside it.
 
 A group either commits as a whole or changes nothing; then each of its
 claims is written again alone, by its own request, exactly as without
@@ -32,9 +36,12 @@ What a group's transaction needs is in :func:`allotment.db.allocations.write_all
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+
+LOG = logging.getLogger(__name__)
 
 #: At most this many claims a group.
 MOST_CLAIMS = 8
@@ -139,24 +146,28 @@ class ClaimGroups:
             failure = error
             raise
         finally:
-            if len(group) > 1:
-                if committed:
-                    self.groups += 1
-                    self.grouped += len(group)
-                    self._refused = 0
-                elif failure is None:
-                    with self._lock:
+            # The others and the next group first: nothing below may keep them waiting.
+            for other in group[1:]:
+                other.told = _COMMITTED if committed else _FAILED if failure is not None else _ALONE
+                other.error = failure
+                other.event.set()
+            if len(group) > 1 and failure is None:
+                with self._lock:
+                    if committed:
+                        self.groups += 1
+                        self.grouped += len(group)
+                        self._refused = 0
+                    else:
                         self._refused += 1
                         if self._refused >= REFUSED_IN_A_ROW:
                             self._refused = 0
                             self._alone_left = ALONE_AFTER_REFUSAL
-                if self.on_group is not None and failure is None:
-                    self.on_group(len(group), committed)
-                for other in group[1:]:
-                    other.told = _COMMITTED if committed else _FAILED if failure is not None else _ALONE
-                    other.error = failure
-                    other.event.set()
             self._next()
+            if len(group) > 1 and failure is None and self.on_group is not None:
+                try:
+                    self.on_group(len(group), committed)
+                except Exception:  # noqa: BLE001 - a count must not fail the claims
+                    LOG.exception("could not count a group of claims")
         if not committed:
             alone()
 

@@ -182,6 +182,7 @@ def test_claims_of_many_threads_are_grouped_and_leave_what_the_answers_say(toget
         thread.start()
     for thread in threads:
         thread.join(120)
+    assert not any(thread.is_alive() for thread in threads), "a claim never answered"
     statuses = collections.Counter(status for status, _, _ in answers.values())
     assert set(statuses) <= {204, 409}, statuses
     assert statuses[409] > 0, "the claims never reached the providers' capacity"

@@ -171,10 +171,15 @@ def test_with_two_writers_a_second_claim_is_written_at_once_and_a_third_waits():
         together.append([r.consumer_uuid for r in requests])
         return True
 
+    def claim(request, name):
+        try:
+            groups.claim(request, alone_of(name), write_together)
+        except Exception as error:  # noqa: BLE001 - recorded for the test
+            errors[name] = error
+
     threads = []
     for name in "abcd":
-        request = _claim(name)
-        thread = threading.Thread(target=groups.claim, args=(request, alone_of(name), write_together))
+        thread = threading.Thread(target=claim, args=(_claim(name), name))
         thread.start()
         threads.append(thread)
         if name in "ab":  # each starts its write at once
@@ -229,3 +234,33 @@ def test_after_a_refused_group_the_next_claims_are_written_alone_at_once():
     blocking.set()
     holder.join(10)
     assert recorder.together == [["b", "c"], ["d", "e"]] and groups._running == 0
+
+
+def test_a_count_that_fails_keeps_no_claim_waiting():
+    """The metrics' hook raising: every claim of the group still answered,
+    and the next claims still written."""
+    groups, recorder, errors = ClaimGroups(), _Recorder(), {}
+
+    def broken(claims, committed):
+        raise RuntimeError("the counter is broken")
+
+    groups.on_group = broken
+    _behind_a_running_write(groups, recorder, errors, "bc")
+    assert errors == {} and recorder.together == [["b", "c"]]
+    assert groups._running == 0
+    recorder.release.set()
+    groups.claim(_claim("d"), recorder.alone_of(_claim("d")), recorder.write_together)
+    assert recorder.alone == ["a", "d"]
+
+
+def test_only_claims_that_say_their_consumer_is_new_are_grouped():
+    from allotment.api.allocations import _new_claim
+    from allotment.db.allocations import ConsumerAllocations
+
+    resources = {"rp": {"VCPU": 1}}
+    assert _new_claim(ConsumerAllocations("c", resources, check_generation=True, generation=None))
+    # A consumer with a generation (its allocations replaced), a write
+    # before 1.28 (it may be either), and one that empties a consumer.
+    assert not _new_claim(ConsumerAllocations("c", resources, check_generation=True, generation=3))
+    assert not _new_claim(ConsumerAllocations("c", resources, check_generation=False))
+    assert not _new_claim(ConsumerAllocations("c", {}, check_generation=True, generation=None))
