@@ -607,72 +607,84 @@ def _claim_for_new_consumer(conn: Connection, request: ConsumerAllocations, owne
         rows = raw_rows.written_rows(conn, _claim_statement(len(claims), follow), values)
     except sa.exc.IntegrityError:  # the consumer's row, made by another transaction since our read
         raise consumers.RecordRace(f"consumer {request.consumer_uuid}") from None
-    return _claimed(conn, rows, 1, claims, bumped, read, follow)
-
-
-def _claimed(conn: Connection, rows: list, swaps: int, claims: list[Claim], bumped: list[int],
-             read: Mapping[int, int], follow: bool) -> changes.OwnWrite | None:
-    """After a claim statement (:func:`_claim_statement`,
-    :func:`_claims_statement`) that should have made ``swaps`` swaps: raise
-    where one was lost or the capacity check fails, else what the claims
-    changed, for the mirror (with ``follow``; see
-    :func:`_claim_for_new_consumer`)."""
-    if rows[0][0] != swaps:
-        raise ProviderConflict(bumped)
     at = _CLAIM_RECORDS_AT[follow]
     records = _by_pair(row[at:] for row in rows if row[at] is not None)
+    return _claimed(conn, rows[0][0], 1, rows[0][2:at], records, claims, bumped, read, follow)
+
+
+def _claimed(conn: Connection, swapped: int, swaps: int, began: Sequence, records: dict,
+             claims: list[Claim], bumped: list[int], read: Mapping[int, int],
+             follow: bool) -> changes.OwnWrite | None:
+    """After a claim statement (:func:`_claim_statement`,
+    :func:`_claims_statement`) that made ``swapped`` of its ``swaps``
+    swaps, read the change number's columns ``began`` (with ``follow``)
+    and ``records``: raise where a swap was lost or the capacity check
+    fails, else what the claims changed, for the mirror (with ``follow``;
+    see :func:`_claim_for_new_consumer`)."""
+    if swapped != swaps:
+        raise ProviderConflict(bumped)
     _check_claims(conn, claims, after_write=True, growth=_growth(claims, ()), records=records)
     if not follow:
         return None
-    number = changes.pg_began_from(*rows[0][2:at])
+    number = changes.pg_began_from(*began)
     if number is None:
         return None
     return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records, after=number + 1)
 
 
-#: PostgreSQL: per (rows, consumers, providers, numbered), new consumers'
-#: claims made together in one statement (:func:`_claims_statement`).
-_CLAIMS_STATEMENTS: dict[tuple[int, int, int, bool], sa.Select] = {}
+def _claims_statement(numbered: bool) -> raw_rows.HandWritten:
+    """PostgreSQL: :func:`_claim_statement` for several new consumers at
+    once, one text for any number of them (each number a statement of its
+    own would be prepared on every connection, one after another as
+    groups come in every size): every provider's generation swap
+    (``swap_ids`` from ``expected``), the consumers' rows (``uuids``,
+    ``projects``, ``users``, ``types``; written only if every swap held)
+    and the allocation rows (``row_providers``, ``row_consumers``,
+    ``row_classes``, ``row_amounts``), as arrays.  One row: how many swaps
+    and consumers were made, the change number's columns when
+    ``numbered``, then the inventory record of every (provider, class)
+    written, with its usage after the statement, one array per column of
+    :data:`_INVENTORY_COLUMNS` and the usage.  For a transaction whose
+    first read locked those providers (``_READ_FOR_WRITE_LOCKING``): the
+    swaps then find what it read, and take no lock of their own in a new
+    order."""
+    return _CLAIMS_STATEMENTS[numbered]
 
 
-def _claims_statement(count: int, consumers_count: int, providers: int, numbered: bool) -> sa.Select:
-    """PostgreSQL: :func:`_claim_statement` for several new consumers at once:
-    every provider's generation swap (``swap_id_{i}`` from ``expected_{i}``),
-    the consumers' rows (``uuid_{j}``, ``project_id_{j}``, ``user_id_{j}``,
-    ``consumer_type_id_{j}``; written only if every swap held) and the
-    ``count`` allocation rows, returning what the capacity check reads and
-    how many swaps and consumers were made.  For a transaction whose first
-    read locked those providers (``_READ_FOR_WRITE_LOCKING``): the swaps
-    then find what it read, and take no lock of their own in a new order."""
-    key = (count, consumers_count, providers, numbered)
-    statement = _CLAIMS_STATEMENTS.get(key)
-    if statement is None:
-        swapped = (sa.update(RP)
-                   .where(sa.or_(*[sa.and_(RP.c.id == sa.bindparam(f"swap_id_{i}"),
-                                           RP.c.generation == sa.bindparam(f"expected_{i}"))
-                                   for i in range(providers)]))
-                   .values(generation=RP.c.generation + 1, updated_at=sa.bindparam("now"))
-                   .returning(RP.c.id).cte("swapped"))
-        all_swapped = sa.select(sa.func.count()).select_from(swapped).scalar_subquery() == providers
-        made = (sa.insert(tables.consumers)
-                .from_select([*_NEW_CONSUMER_COLUMNS, "created_at", "updated_at"], sa.union_all(*[
-                    # Typed: a UNION's parameters are not typed by the INSERT's columns.
-                    sa.select(*[sa.cast(sa.bindparam(f"{name}_{j}"), tables.consumers.c[name].type)
-                                for name in _NEW_CONSUMER_COLUMNS[:4]],
-                              sa.literal_column("1"),
-                              *[sa.cast(sa.bindparam("now"), tables.consumers.c.created_at.type)] * 2)
-                    .where(all_swapped)
-                    for j in range(consumers_count)]))
-                .returning(tables.consumers.c.id).cte("new_consumers"))
-        records = _insert_rows_read_usage(count).subquery("records")
-        one = sa.select(sa.literal_column("1").label("one")).subquery("one")
-        statement = _CLAIMS_STATEMENTS[key] = (
-            sa.select(sa.select(sa.func.count()).select_from(swapped).scalar_subquery().label("swapped"),
-                      sa.select(sa.func.count()).select_from(made).scalar_subquery().label("consumers"),
-                      *(sa.literal_column(column) for column in changes.PG_BEGAN_FROM_COLUMNS if numbered),
-                      *records.c)
-            .select_from(one.outerjoin(records, sa.true())))
-    return statement
+def _claims_text(numbered: bool) -> str:
+    began = "".join(f", {column}" for column in changes.PG_BEGAN_FROM_COLUMNS) if numbered else ""
+    records = ", ".join(f"array_agg(records.{column} ORDER BY records.resource_provider_id, "
+                        "records.resource_class_id)" for column in (
+                            "resource_provider_id", "resource_class_id", "total", "reserved", "min_unit",
+                            "max_unit", "step_size", "allocation_ratio", "used"))
+    return (
+        "WITH swapped AS (UPDATE resource_providers AS rp SET generation = rp.generation + 1, "
+        "updated_at = %(now)s::timestamp FROM unnest(%(swap_ids)s::integer[], %(expected)s::integer[]) "
+        "AS s (id, expected) WHERE rp.id = s.id AND rp.generation = s.expected RETURNING rp.id), "
+        "made AS (INSERT INTO consumers (uuid, project_id, user_id, consumer_type_id, generation, created_at, "
+        "updated_at) SELECT c.uuid, c.project_id, c.user_id, c.type_id, 1, %(now)s::timestamp, "
+        "%(now)s::timestamp FROM unnest(%(uuids)s::text[], %(projects)s::integer[], %(users)s::integer[], "
+        "%(types)s::integer[]) AS c (uuid, project_id, user_id, type_id) "
+        "WHERE (SELECT count(*) FROM swapped) = cardinality(%(swap_ids)s::integer[]) RETURNING id), "
+        "new_rows AS (INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, used, "
+        "created_at, updated_at) SELECT r.provider_id, r.consumer_id, r.class_id, r.amount, %(now)s::timestamp, "
+        "%(now)s::timestamp FROM unnest(%(row_providers)s::integer[], %(row_consumers)s::text[], "
+        "%(row_classes)s::integer[], %(row_amounts)s::integer[]) AS r (provider_id, consumer_id, class_id, amount) "
+        "RETURNING resource_provider_id, resource_class_id, used), "
+        "added AS (SELECT resource_provider_id, resource_class_id, sum(used) AS used FROM new_rows "
+        "GROUP BY resource_provider_id, resource_class_id), "
+        # Read at the statement's start: the allocations before its own rows.
+        "records AS (SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, "
+        "i.max_unit, i.step_size, i.allocation_ratio, coalesce((SELECT sum(a.used) FROM allocations AS a "
+        "WHERE a.resource_provider_id = i.resource_provider_id AND a.resource_class_id = i.resource_class_id), 0) "
+        "+ added.used AS used FROM inventories AS i JOIN added ON added.resource_provider_id = "
+        "i.resource_provider_id AND added.resource_class_id = i.resource_class_id) "
+        f"SELECT (SELECT count(*) FROM swapped), (SELECT count(*) FROM made){began}, {records} FROM records")
+
+
+#: PostgreSQL: the statement of :func:`_claims_statement`, without and with
+#: the change number's columns.
+_CLAIMS_STATEMENTS = {numbered: raw_rows.HandWritten(_claims_text(numbered)) for numbered in (False, True)}
 
 
 def _claims_for_new_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
@@ -685,19 +697,19 @@ def _claims_for_new_consumers(conn: Connection, requests: Sequence[ConsumerAlloc
     (:func:`_claims_statement`), so the claims of several requests are
     three messages together, as one claim is alone.  Returns what
     :func:`_claim_for_new_consumer` returns, for all of them."""
-    now = utcnow()
-    values: dict = {"now": now, **_numbered(_row_values(claims, now))}
-    for i, pid in enumerate(bumped):
-        values[f"swap_id_{i}"], values[f"expected_{i}"] = pid, read[pid]
-    for j, (request, owner) in enumerate(zip(requests, owners)):
-        values.update({f"uuid_{j}": request.consumer_uuid, f"project_id_{j}": owner.project_id,
-                       f"user_id_{j}": owner.user_id, f"consumer_type_id_{j}": owner.consumer_type_id})
+    values = {"now": utcnow(), "swap_ids": bumped, "expected": [read[pid] for pid in bumped],
+              "uuids": [r.consumer_uuid for r in requests], "projects": [o.project_id for o in owners],
+              "users": [o.user_id for o in owners], "types": [o.consumer_type_id for o in owners],
+              "row_providers": [c.provider_id for c in claims], "row_consumers": [c.consumer_uuid for c in claims],
+              "row_classes": [c.class_id for c in claims], "row_amounts": [c.amount for c in claims]}
     try:
-        rows = raw_rows.written_rows(conn, _claims_statement(len(claims), len(requests), len(bumped), follow),
-                                     values)
+        row = raw_rows.one_row(conn, _claims_statement(follow), values)
     except sa.exc.IntegrityError:  # a consumer's row, made by another transaction since our read
         raise consumers.RecordRace("consumers " + ", ".join(r.consumer_uuid for r in requests)) from None
-    return _claimed(conn, rows, len(bumped), claims, bumped, read, follow)
+    at = _CLAIM_RECORDS_AT[follow]
+    columns = row[at:]
+    records = {} if columns[0] is None else _by_pair(zip(*columns))
+    return _claimed(conn, row[0], len(bumped), row[2:at], records, claims, bumped, read, follow)
 
 
 _T = tables.consumer_types
