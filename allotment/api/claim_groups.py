@@ -45,8 +45,9 @@ LOG = logging.getLogger(__name__)
 
 #: At most this many claims a group.
 MOST_CLAIMS = 8
-#: At most this many allocation rows a group (the rows of one statement,
-#: as ``allotment.db.allocations`` keeps their statements).
+#: At most this many allocation rows a group: as many as
+#: ``write_allocations(together=True)`` writes as one (its
+#: ``_INSERT_ROWS_KEPT``; it refuses more with ``NotTogether``).
 MOST_ROWS = 16
 #: Writes of claims a process runs at once; claims beyond wait and are
 #: written together next.

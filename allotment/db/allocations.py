@@ -616,7 +616,7 @@ def _claimed(conn: Connection, swapped: int, swaps: int, began: Sequence, record
              claims: list[Claim], bumped: list[int], read: Mapping[int, int],
              follow: bool) -> changes.OwnWrite | None:
     """After a claim statement (:func:`_claim_statement`,
-    :func:`_claims_statement`) that made ``swapped`` of its ``swaps``
+    :data:`_CLAIMS_STATEMENTS`) that made ``swapped`` of its ``swaps``
     swaps, read the change number's columns ``began`` (with ``follow``)
     and ``records``: raise where a swap was lost or the capacity check
     fails, else what the claims changed, for the mirror (with ``follow``;
@@ -632,7 +632,7 @@ def _claimed(conn: Connection, swapped: int, swaps: int, began: Sequence, record
     return changes.OwnWrite(number, {pid: read[pid] + 1 for pid in bumped}, records, after=number + 1)
 
 
-def _claims_statement(numbered: bool) -> raw_rows.HandWritten:
+def _claims_text(numbered: bool) -> str:
     """PostgreSQL: :func:`_claim_statement` for several new consumers at
     once, one text for any number of them (each number a statement of its
     own would be prepared on every connection, one after another as
@@ -648,10 +648,6 @@ def _claims_statement(numbered: bool) -> raw_rows.HandWritten:
     first read locked those providers (``_READ_FOR_WRITE_LOCKING``): the
     swaps then find what it read, and take no lock of their own in a new
     order."""
-    return _CLAIMS_STATEMENTS[numbered]
-
-
-def _claims_text(numbered: bool) -> str:
     began = "".join(f", {column}" for column in changes.PG_BEGAN_FROM_COLUMNS) if numbered else ""
     records = ", ".join(f"array_agg(records.{column} ORDER BY records.resource_provider_id, "
                         "records.resource_class_id)" for column in (
@@ -682,7 +678,7 @@ def _claims_text(numbered: bool) -> str:
         f"SELECT (SELECT count(*) FROM swapped), (SELECT count(*) FROM made){began}, {records} FROM records")
 
 
-#: PostgreSQL: the statement of :func:`_claims_statement`, without and with
+#: PostgreSQL: the statement of :func:`_claims_text`, without and with
 #: the change number's columns.
 _CLAIMS_STATEMENTS = {numbered: raw_rows.HandWritten(_claims_text(numbered)) for numbered in (False, True)}
 
@@ -694,7 +690,7 @@ def _claims_for_new_consumers(conn: Connection, requests: Sequence[ConsumerAlloc
     record or rows, whose owners exist, after a first read that locked
     their providers (PostgreSQL): every swap, the consumers' rows, the
     allocation rows and the capacity check's read in one statement
-    (:func:`_claims_statement`), so the claims of several requests are
+    (:data:`_CLAIMS_STATEMENTS`), so the claims of several requests are
     three messages together, as one claim is alone.  Returns what
     :func:`_claim_for_new_consumer` returns, for all of them."""
     values = {"now": utcnow(), "swap_ids": bumped, "expected": [read[pid] for pid in bumped],
@@ -703,7 +699,7 @@ def _claims_for_new_consumers(conn: Connection, requests: Sequence[ConsumerAlloc
               "row_providers": [c.provider_id for c in claims], "row_consumers": [c.consumer_uuid for c in claims],
               "row_classes": [c.class_id for c in claims], "row_amounts": [c.amount for c in claims]}
     try:
-        row = raw_rows.one_row(conn, _claims_statement(follow), values)
+        row = raw_rows.one_row(conn, _CLAIMS_STATEMENTS[follow], values)
     except sa.exc.IntegrityError:  # a consumer's row, made by another transaction since our read
         raise consumers.RecordRace("consumers " + ", ".join(r.consumer_uuid for r in requests)) from None
     at = _CLAIM_RECORDS_AT[follow]

@@ -47,8 +47,8 @@ import tempfile
 import threading
 import time
 import uuid as uuidlib
-from typing import Iterable
 from pathlib import Path
+from typing import Iterable
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))

@@ -264,3 +264,10 @@ def test_only_claims_that_say_their_consumer_is_new_are_grouped():
     assert not _new_claim(ConsumerAllocations("c", resources, check_generation=True, generation=3))
     assert not _new_claim(ConsumerAllocations("c", resources, check_generation=False))
     assert not _new_claim(ConsumerAllocations("c", {}, check_generation=True, generation=None))
+
+
+def test_a_group_holds_no_more_rows_than_the_database_writes_as_one():
+    from allotment.api import claim_groups
+    from allotment.db import allocations
+
+    assert claim_groups.MOST_ROWS == allocations._INSERT_ROWS_KEPT
