@@ -45,8 +45,9 @@ def test_each_run_writes_whole_claims_and_reports_the_database_cpu_of_both_layou
         # allocations a claim; without folds, every transaction is a claim.
         assert run["claims"] == 600 or (run["variant"] == "allotment" and 580 <= run["claims"] < 600), run
         assert run["db_cpu_ms_per_claim"] > 0, run
-    # Only the tool's own names: the suite's other tests make databases too, meanwhile.
-    left = {name for name in pg_databases() - before if name.startswith("claimfloor_")}
+    # Only this run's cloud and seed: the suite's other tests make databases
+    # meanwhile, the other claimfloor runs here and scalebench's among them.
+    left = {name for name in pg_databases() - before if name.startswith("claimfloor_flat20_s42_")}
     assert left == set(), "the tool drops the clouds and copies it made"
 
 
@@ -56,8 +57,10 @@ def test_claims_made_together_are_whole_claims_each_and_counted_as_claims():
     and the CPU per claim, not per transaction."""
     claimfloor = _tool()
     server = SERVER_URLS["postgresql"].format(name="").rstrip("/")
-    runs = claimfloor.main(["--server", server, "--roots", "20", "--clients", "3", "--claims", "900",
-                            "--providers", "4", "--claims-per-transaction", "1", "--claims-per-transaction", "3"])
+    before = pg_databases()
+    runs = claimfloor.main(["--server", server, "--roots", "20", "--seed", "43", "--clients", "3",
+                            "--claims", "900", "--providers", "4",
+                            "--claims-per-transaction", "1", "--claims-per-transaction", "3"])
     assert [(run["variant"], run["claims_per_transaction"]) for run in runs] == [
         ("bare", 1), ("allotment", 1), ("bare", 3), ("allotment", 3)]
     for run in runs:
@@ -66,6 +69,8 @@ def test_claims_made_together_are_whole_claims_each_and_counted_as_claims():
         assert run["claims"] % run["claims_per_transaction"] == 0, run
         assert run["claims"] == 900 or (run["variant"] == "allotment" and 850 <= run["claims"] < 900), run
         assert run["db_cpu_ms_per_claim"] > 0, run
+    left = {name for name in pg_databases() - before if name.startswith("claimfloor_flat20_s43_")}
+    assert left == set(), "the tool drops the clouds and copies it made"
 
 
 def test_a_transaction_of_claims_locks_its_providers_in_one_order_and_writes_each_claim():

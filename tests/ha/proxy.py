@@ -110,7 +110,9 @@ class FaultProxy:
                         server.sendall(data)
                     else:
                         client.sendall(data)
-        except OSError:
+        except (OSError, ValueError):
+            # ValueError: the pair was cut (closed) by another thread while
+            # this one waited in select, whose socket is then fd -1.
             return
         finally:
             self._close(pair)

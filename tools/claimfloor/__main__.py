@@ -94,7 +94,9 @@ class Clouds:
         self.server = server.rstrip("/")
         tag = "_".join(f"{shape}{count}" for shape, count in shapes)
         run = uuidlib.uuid4().hex[:6]  # runs side by side (tests) keep apart
-        self.names = {variant: f"claimfloor_{tag}_s{seed}_{run}_{variant}" for variant in VARIANTS}
+        # Templates and copies share the prefix, so a caller can tell its own.
+        self.prefix = f"claimfloor_{tag}_s{seed}_{run}"
+        self.names = {variant: f"{self.prefix}_{variant}" for variant in VARIANTS}
         self.shapes, self.seed, self.full_first = shapes, seed, full_first
         self.admin = sa.create_engine(f"{self.server}/postgres", isolation_level="AUTOCOMMIT")
 
@@ -115,7 +117,7 @@ class Clouds:
             log(f"cloud {self.shapes} (seed {self.seed}) generated into {name}")
 
     def copy(self, variant: str) -> str:
-        name = f"claimfloor_run_{uuidlib.uuid4().hex[:8]}"
+        name = f"{self.prefix}_copy_{uuidlib.uuid4().hex[:6]}"
         cloud.pg_copy(self.admin, self.names[variant], name)
         return name
 
