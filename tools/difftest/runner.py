@@ -445,6 +445,47 @@ def _unsuffixed_on_sharing_only(candidate: dict, groups: dict[str, dict[str, int
     return place(0)
 
 
+def _unlimited_bodies(request: dict, ref: dict, ours: dict, pair: Pair | None) -> tuple[dict, dict] | None:
+    """Both servers' candidates for ``request`` without its ``limit`` (asked
+    again when it has one), or None when the two cannot be compared that way:
+    a status other than 200, headers that differ, or no pair to ask again."""
+    if request["method"] != "GET" or urlsplit(request["path"]).path != "/allocation_candidates":
+        return None
+    if ref["status"] != 200 or ours["status"] != 200:
+        return None
+    a, b = normalise(request, ref), normalise(request, ours)
+    if a["headers"] != b["headers"]:
+        return None
+    if "limit=" in request["path"]:
+        if pair is None:
+            return None
+        split = urlsplit(request["path"])
+        query = [(k, v) for k, v in parse_qsl(split.query) if k != "limit"]
+        full = dict(request, path=split.path + "?" + urlencode(query))
+        ref, ours = pair.send("ref", full), pair.send("ours", full)
+        if ref["status"] != 200 or ours["status"] != 200:
+            return None
+    theirs, mine = decode(ref), decode(ours)
+    if not (isinstance(theirs, dict) and isinstance(mine, dict)):
+        return None
+    return theirs, mine
+
+
+def _only_in_more(fewer: dict, more: dict) -> list[dict] | None:
+    """The candidates of ``more`` that ``fewer`` lacks, when ``fewer``'s are a
+    strict subset of them and each provider ``fewer`` summarises is summarised
+    alike in ``more``; None otherwise."""
+    few = {_candidate_key(c) for c in fewer.get("allocation_requests", [])}
+    many = {_candidate_key(c): c for c in more.get("allocation_requests", [])}
+    if not few < set(many):
+        return None
+    summaries = more.get("provider_summaries") or {}
+    for uuid, summary in (fewer.get("provider_summaries") or {}).items():
+        if _sorted(summaries.get(uuid)) != _sorted(summary):
+            return None
+    return [candidate for key, candidate in many.items() if key not in few]
+
+
 def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair: Pair | None = None) -> bool:
     """Placement left out candidates whose unsuffixed group is served by
     sharing providers alone, and nothing else differs.
@@ -459,40 +500,76 @@ def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair
     of ours, and every candidate only we offer must have its unsuffixed group
     on providers that all carry MISC_SHARES_VIA_AGGREGATE.
     """
-    if request["method"] != "GET" or urlsplit(request["path"]).path != "/allocation_candidates":
-        return False
-    if ref["status"] != 200 or ours["status"] != 200:
-        return False
     groups = _groups(request["path"])
     if not groups.get(""):
         return False
-    a, b = normalise(request, ref), normalise(request, ours)
-    if a["headers"] != b["headers"]:
+    bodies = _unlimited_bodies(request, ref, ours, pair)
+    if bodies is None:
         return False
-    if "limit=" in request["path"]:
-        if pair is None:
-            return False
-        split = urlsplit(request["path"])
-        query = [(k, v) for k, v in parse_qsl(split.query) if k != "limit"]
-        full = dict(request, path=split.path + "?" + urlencode(query))
-        ref, ours = pair.send("ref", full), pair.send("ours", full)
-        if ref["status"] != 200 or ours["status"] != 200:
-            return False
-    theirs, mine = decode(ref), decode(ours)
-    if not (isinstance(theirs, dict) and isinstance(mine, dict)):
-        return False
-    ref_keys = {_candidate_key(c) for c in theirs.get("allocation_requests", [])}
-    our_candidates = {_candidate_key(c): c for c in mine.get("allocation_requests", [])}
-    if not ref_keys < set(our_candidates):
+    theirs, mine = bodies
+    only_ours = _only_in_more(theirs, mine)
+    if only_ours is None:
         return False
     summaries = mine.get("provider_summaries") or {}
-    for uuid, summary in (theirs.get("provider_summaries") or {}).items():
-        if _sorted(summaries.get(uuid)) != _sorted(summary):
-            return False
     sharing = {uuid for uuid, summary in summaries.items()
                if isinstance((summary or {}).get("traits"), list) and SHARING_TRAIT in summary["traits"]}
-    return all(_unsuffixed_on_sharing_only(candidate, groups, sharing)
-               for key, candidate in our_candidates.items() if key not in ref_keys)
+    return all(_unsuffixed_on_sharing_only(candidate, groups, sharing) for candidate in only_ours)
+
+
+def _resourceless_in_trees(path: str) -> dict[str, str]:
+    """The suffixed groups of a GET /allocation_candidates that ask for no
+    resources but name a tree: suffix -> the ``in_tree<suffix>`` provider."""
+    query = parse_qsl(urlsplit(path).query)
+    with_resources = {key[len("resources"):] for key, _ in query if key.startswith("resources")}
+    return {key[len("in_tree"):]: value for key, value in query
+            if key.startswith("in_tree") and key != "in_tree" and key[len("in_tree"):] not in with_resources}
+
+
+def reference_ignored_resourceless_in_tree(request: dict, ref: dict, ours: dict, pair: Pair | None = None) -> bool:
+    """Placement let a resourceless group's provider come from outside the
+    tree its ``in_tree<N>`` names, and nothing else differs.
+
+    Placement 16.0.0 applies ``in_tree<N>`` only where it looks for
+    providers with resources; a resourceless group (1.35) is looked up by
+    its traits and aggregates alone, anywhere in the cloud.  Allotment keeps
+    it to the tree asked for (docs/differences.md).
+    Narrowly: our candidates (unlimited) must be a strict subset of the
+    reference's, with the same summaries for the providers we name, and every
+    candidate only the reference offers must map such a group to a provider
+    whose root is not the root of that group's ``in_tree`` provider (roots
+    asked of the reference, so only with a pair of live servers).
+    """
+    trees = _resourceless_in_trees(request["path"])
+    if not trees or pair is None:
+        return False
+    bodies = _unlimited_bodies(request, ref, ours, pair)
+    if bodies is None:
+        return False
+    theirs, mine = bodies
+    only_theirs = _only_in_more(mine, theirs)
+    if only_theirs is None:
+        return False
+    roots = {uuid: (summary or {}).get("root_provider_uuid")
+             for uuid, summary in (theirs.get("provider_summaries") or {}).items()}
+    headers = {name: value for name, value in request["headers"].items() if name.lower() != "openstack-api-version"}
+    headers["OpenStack-API-Version"] = "placement 1.14"
+    tree_roots = {}
+    for suffix, uuid in trees.items():
+        answer = pair.send("ref", {"method": "GET", "path": f"/resource_providers/{uuid}",
+                                   "headers": headers, "body": None})
+        root = (decode(answer) or {}).get("root_provider_uuid") if answer["status"] == 200 else None
+        if not root:
+            return False
+        tree_roots[suffix] = root
+
+    def outside(candidate: dict) -> bool:
+        mappings = candidate.get("mappings")
+        if not isinstance(mappings, dict):
+            return False
+        return any(roots.get(uuid) not in (None, tree_roots[suffix])
+                   for suffix in trees for uuid in mappings.get(suffix, ()))
+
+    return all(outside(candidate) for candidate in only_theirs)
 
 
 def diverges(request: dict, ref: dict, ours: dict, pair: Pair | None = None) -> str | None:
@@ -526,6 +603,7 @@ class Run:
         stream, divergent, answers = [], [], []
         self.crashes = []  # indexes where the reference failed or gave a wrong answer (not compared)
         self.dropped_anchors = []  # indexes where it dropped sharing-only trees (not compared)
+        self.outside_in_tree = []  # indexes where it put a resourceless group outside its in_tree (not compared)
         try:
             for index in range(count):
                 request = generator.next()
@@ -539,6 +617,8 @@ class Run:
                 elif diverges(request, ref, ours, pair):
                     if reference_dropped_sharing_anchors(request, ref, ours, pair):
                         self.dropped_anchors.append(index)
+                    elif reference_ignored_resourceless_in_tree(request, ref, ours, pair):
+                        self.outside_in_tree.append(index)
                     else:
                         divergent.append(index)
         finally:
@@ -684,7 +764,7 @@ def run(args, out=print) -> dict:
     total, examples, shrunk = 0, {}, 0
     crashes: collections.Counter = collections.Counter()
     reshapes: collections.Counter = collections.Counter()  # the reference's answers to POST /reshaper
-    dropped_anchors = 0
+    dropped_anchors = outside_in_tree = 0
     started = time.monotonic()
     try:
         for seed in seeds:
@@ -705,6 +785,7 @@ def run(args, out=print) -> dict:
                 request, (ref, _) = stream[index], answers[index]
                 crashes[(request["method"], route_template(request["path"]), ref["status"])] += 1
             dropped_anchors += len(runner.dropped_anchors)
+            outside_in_tree += len(runner.outside_in_tree)
             for index in divergent:
                 key = group(stream[index], *answers[index])
                 groups[key] += 1
@@ -744,5 +825,8 @@ def run(args, out=print) -> dict:
         out(f"not compared: {dropped_anchors} GET /allocation_candidates answers where the reference "
             "kept fewer of the trees an unsuffixed group served by sharing providers alone can pair with "
             "(set order; docs/differences.md)")
+    if outside_in_tree:
+        out(f"not compared: {outside_in_tree} GET /allocation_candidates answers where the reference "
+            "mapped a resourceless group to a provider outside the tree its in_tree names (docs/differences.md)")
     return {"requests": total, "divergences": sum(groups.values()), "groups": groups,
-            "dropped_anchors": dropped_anchors}
+            "dropped_anchors": dropped_anchors, "outside_in_tree": outside_in_tree}

@@ -791,6 +791,16 @@ class TestNumaNetwork:
                     + "&same_subtree=_PORT1,_PORT2&group_policy=none", (1, 39))
         assert len(res.allocation_requests) == count
 
+    @pytest.mark.parametrize("tree,count", [("cn2", 1), ("cn1", 0)])
+    def test_resourceless_group_keeps_to_its_in_tree(self, tree, count):
+        """``in_tree_PORT2`` confines the resourceless group as it does a group
+        of resources.  Placement 16.0.0 disregards it on a resourceless group
+        and answers the cn2 candidate for either tree (docs/differences.md)."""
+        uuid = next(p.uuid for p in self.snap if p.name == tree)
+        res = solve(self.snap, "resources_PORT1=CUSTOM_VF:8&required_PORT2=CUSTOM_PHYSNET1"
+                    f"&in_tree_PORT2={uuid}&same_subtree=_PORT1,_PORT2&group_policy=none", (1, 39))
+        assert len(res.allocation_requests) == count
+
     def test_resourceless_two_fpgas(self):
         res = solve(self.snap, "required_NUMA=HW_NUMA_ROOT"
                     "&resources_ACCEL1=FPGA:1&resources_ACCEL2=FPGA:1"
