@@ -649,10 +649,11 @@ def _claims_text(numbered: bool) -> str:
     swaps then find what it read, and take no lock of their own in a new
     order."""
     began = "".join(f", {column}" for column in changes.PG_BEGAN_FROM_COLUMNS) if numbered else ""
+    # The record's columns (``_Record``: the inventory's, then ``used``), as
+    # the single claim's statement and the capacity check read them.
+    inventory = ", ".join(f"i.{column}" for column in _Record._fields[:-1])
     records = ", ".join(f"array_agg(records.{column} ORDER BY records.resource_provider_id, "
-                        "records.resource_class_id)" for column in (
-                            "resource_provider_id", "resource_class_id", "total", "reserved", "min_unit",
-                            "max_unit", "step_size", "allocation_ratio", "used"))
+                        "records.resource_class_id)" for column in _Record._fields)
     return (
         "WITH swapped AS (UPDATE resource_providers AS rp SET generation = rp.generation + 1, "
         "updated_at = %(now)s::timestamp FROM unnest(%(swap_ids)s::integer[], %(expected)s::integer[]) "
@@ -670,17 +671,11 @@ def _claims_text(numbered: bool) -> str:
         "added AS (SELECT resource_provider_id, resource_class_id, sum(used) AS used FROM new_rows "
         "GROUP BY resource_provider_id, resource_class_id), "
         # Read at the statement's start: the allocations before its own rows.
-        "records AS (SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, i.min_unit, "
-        "i.max_unit, i.step_size, i.allocation_ratio, coalesce((SELECT sum(a.used) FROM allocations AS a "
+        f"records AS (SELECT {inventory}, coalesce((SELECT sum(a.used) FROM allocations AS a "
         "WHERE a.resource_provider_id = i.resource_provider_id AND a.resource_class_id = i.resource_class_id), 0) "
         "+ added.used AS used FROM inventories AS i JOIN added ON added.resource_provider_id = "
         "i.resource_provider_id AND added.resource_class_id = i.resource_class_id) "
         f"SELECT (SELECT count(*) FROM swapped), (SELECT count(*) FROM made){began}, {records} FROM records")
-
-
-#: PostgreSQL: the statement of :func:`_claims_text`, without and with
-#: the change number's columns.
-_CLAIMS_STATEMENTS = {numbered: raw_rows.HandWritten(_claims_text(numbered)) for numbered in (False, True)}
 
 
 def _claims_for_new_consumers(conn: Connection, requests: Sequence[ConsumerAllocations],
@@ -939,6 +934,10 @@ _INVENTORY_USAGE = prepared(
 #: An inventory record with the units allocated from it (``used``), named
 #: as the statement's columns (what ``inventory_fit.InventoryLimits`` asks for).
 _Record = collections.namedtuple("_Record", _INVENTORY_USAGE.selected_columns.keys())
+
+#: PostgreSQL: the statement of :func:`_claims_text`, without and with
+#: the change number's columns (here, below the record it reads).
+_CLAIMS_STATEMENTS = {numbered: raw_rows.HandWritten(_claims_text(numbered)) for numbered in (False, True)}
 
 
 def _bare_classes(conn: Connection, claims: list[Claim], given_up: Sequence[_OldRow]) -> str:

@@ -519,9 +519,8 @@ def reference_dropped_sharing_anchors(request: dict, ref: dict, ours: dict, pair
 def _resourceless_in_trees(path: str) -> dict[str, str]:
     """The suffixed groups of a GET /allocation_candidates that ask for no
     resources but name a tree: suffix -> the ``in_tree<suffix>`` provider."""
-    query = parse_qsl(urlsplit(path).query)
-    with_resources = {key[len("resources"):] for key, _ in query if key.startswith("resources")}
-    return {key[len("in_tree"):]: value for key, value in query
+    with_resources = _groups(path)
+    return {key[len("in_tree"):]: value for key, value in parse_qsl(urlsplit(path).query)
             if key.startswith("in_tree") and key != "in_tree" and key[len("in_tree"):] not in with_resources}
 
 
